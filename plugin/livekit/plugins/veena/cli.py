@@ -1,0 +1,129 @@
+"""``veena-tts``: speak a text to a WAV file, build a tiny test model, or run the server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+import wave
+from pathlib import Path
+
+logger = logging.getLogger("livekit.plugins.veena.cli")
+
+DEFAULT_TINY_DIR = Path(".cache/tiny-veena")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("vllm", "transformers", "torch"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _resolve_model(model: str | None) -> str:
+    """The model to speak with: --model, else VEENA_MODEL, else the tiny random model."""
+    from .tiny_model import MANIFEST, make_tiny_model
+
+    model = model or os.environ.get("VEENA_MODEL")
+    if model:
+        return model
+    if not (DEFAULT_TINY_DIR / MANIFEST).is_file():
+        logger.info("no model configured: building the tiny random model in %s", DEFAULT_TINY_DIR)
+        make_tiny_model(DEFAULT_TINY_DIR, "veena")
+    logger.warning(
+        "using the tiny RANDOM-weight model at %s: the WAV will be noise, not speech. "
+        "Point --model (or VEENA_MODEL) at a real checkpoint such as maya-research/veena-tts "
+        "to hear speech.", DEFAULT_TINY_DIR,
+    )
+    return str(DEFAULT_TINY_DIR)
+
+
+async def _say(args: argparse.Namespace) -> int:
+    from .engine import SamplingOptions
+    from .pipeline import Pipeline
+
+    pipeline = Pipeline.from_model(_resolve_model(args.model), profile=args.profile)
+    try:
+        await pipeline.start()
+        sampling = pipeline.default_sampling()
+        if args.max_tokens:
+            from dataclasses import replace
+
+            sampling = replace(sampling, max_tokens=args.max_tokens)
+        syn = pipeline.synthesize(args.text, voice=args.voice, sampling=sampling, seed=args.seed)
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        last_report = 0.0
+        with wave.open(str(out), "wb") as wav:
+            wav.setnchannels(1)
+            wav.setsampwidth(2)
+            wav.setframerate(pipeline.sample_rate)
+            async for chunk in syn:
+                wav.writeframes(chunk.pcm.tobytes())
+                if syn.timings.audio_seconds - last_report >= 0.5 or chunk.final:
+                    last_report = syn.timings.audio_seconds
+                    logger.info("progress: %.2f s of audio", syn.timings.audio_seconds,
+                                extra={"request_id": syn.request_id})
+        t = syn.timings
+        sys.stdout.write(
+            f"first_audio_ms={t.first_audio_ms:.0f} audio_s={t.audio_seconds:.2f} "
+            f"rtf={t.real_time_factor:.2f} wav={out}\n"
+        )
+        return 0
+    finally:
+        await pipeline.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="veena-tts", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    say = sub.add_parser("say", help="speak TEXT into a WAV file through the streaming pipeline")
+    say.add_argument("text")
+    say.add_argument("-o", "--output", default="out.wav")
+    say.add_argument("--voice", default=None)
+    say.add_argument("--model", default=None, help="model path or hub id (default: VEENA_MODEL)")
+    say.add_argument("--profile", default=None, help="veena, orpheus or veena3")
+    say.add_argument("--seed", type=int, default=None)
+    say.add_argument("--max-tokens", type=int, default=None)
+
+    tiny = sub.add_parser("make-tiny-model", help="build a tiny random-weight model in DIR")
+    tiny.add_argument("dir")
+    tiny.add_argument("--profile", default="veena")
+    tiny.add_argument("--seed", type=int, default=0)
+
+    serve = sub.add_parser("serve", help="run the TTS server (WebSocket + OpenAI-compatible HTTP)")
+    serve.add_argument("--model", default=None)
+    serve.add_argument("--profile", default=None)
+    serve.add_argument("--host", default=os.environ.get("VEENA_HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(os.environ.get("VEENA_PORT", "8700")))
+
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    started = time.perf_counter()
+    if args.command == "say":
+        return asyncio.run(_say(args))
+    if args.command == "make-tiny-model":
+        from .tiny_model import make_tiny_model
+
+        path = make_tiny_model(args.dir, args.profile, seed=args.seed)
+        logger.info("tiny model ready in %.1f s", time.perf_counter() - started,
+                    extra={"dir": str(path)})
+        return 0
+    if args.command == "serve":
+        from .server.app import run_server
+
+        return run_server(_resolve_model(args.model), profile=args.profile,
+                          host=args.host, port=args.port)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

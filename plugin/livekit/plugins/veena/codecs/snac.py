@@ -1,0 +1,167 @@
+"""SNAC 24 kHz, wrapped for windowed, batched, reproducible decoding.
+
+SNAC's NoiseBlocks draw ``torch.randn`` on every call, so the same codes decode differently
+each time and a window's audio would depend on its batch-mates. We replace that draw with
+noise keyed by (request seed, block, absolute latent step): overlapping windows see the same
+noise at the same instant, a window decodes the same alone or batched, and windowed
+decoding converges on the one-pass decode.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .base import CodecInput
+
+logger = logging.getLogger(__name__)
+
+SNAC_24KHZ_CONFIG = {
+    "sampling_rate": 24000,
+    "encoder_dim": 48,
+    "encoder_rates": [2, 4, 8, 8],
+    "decoder_dim": 1024,
+    "decoder_rates": [8, 8, 4, 2],
+    "attn_window_size": None,
+    "codebook_size": 4096,
+    "codebook_dim": 8,
+    "vq_strides": [4, 2, 1],
+    "noise": True,
+    "depthwise": True,
+}
+
+_MASK31 = 0x7FFFFFFF
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A 31-bit integer hash (xorshift-multiply), exact in int64 without overflow."""
+    x = x & _MASK31
+    x = ((x >> 15) ^ x) * 0x2C1B3C6D & _MASK31
+    x = ((x >> 12) ^ x) * 0x297A2D39 & _MASK31
+    return (x >> 15) ^ x
+
+
+def keyed_normal(seeds: torch.Tensor, salt: int, steps: torch.Tensor) -> torch.Tensor:
+    """Standard normal noise that is a pure function of (seed, salt, step); shape [B, T]."""
+    key = _mix(seeds.to(torch.int64) * 0x9E37 + salt)[:, None]
+    h1 = _mix(key + steps * 2)
+    h2 = _mix(key ^ _mix(steps * 2 + 1))
+    u1 = (h1.to(torch.float64) + 0.5) / float(1 << 31)
+    u2 = (h2.to(torch.float64) + 0.5) / float(1 << 31)
+    return (torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)).to(torch.float32)
+
+
+class _NoiseKeys:
+    """What the keyed noise blocks need to know about the batch being decoded."""
+
+    def __init__(self) -> None:
+        self.seeds: torch.Tensor | None = None
+        self.start_steps: torch.Tensor | None = None
+        self.steps: int = 1
+        self.enabled = True
+
+
+class _KeyedNoiseBlock(nn.Module):
+    """Drop-in for ``snac.layers.NoiseBlock`` (same ``linear`` weights), keyed noise."""
+
+    def __init__(self, original: nn.Module, salt: int, keys: _NoiseKeys) -> None:
+        super().__init__()
+        self.linear = original.linear
+        self._salt = salt
+        self._keys = keys
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keys = self._keys
+        if not keys.enabled or keys.seeds is None or keys.start_steps is None:
+            return x
+        _, _, t = x.shape
+        per_step = t // keys.steps
+        steps = keys.start_steps[:, None] * per_step + torch.arange(
+            t, dtype=torch.int64, device=x.device
+        )
+        noise = keyed_normal(keys.seeds, self._salt, steps).to(x.dtype)[:, None, :]
+        return x + noise * self.linear(x)
+
+
+class SnacCodec:
+    """Decodes windows of SNAC frames ([frames, 7] codes in interleave order) to 24 kHz PCM."""
+
+    name = "snac"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        device: str = "cpu",
+        position_levels: Sequence[int] = (0, 1, 2, 2, 1, 2, 2),
+        noise: bool = True,
+    ) -> None:
+        self.model = model.to(device).eval().float()
+        self.device = torch.device(device)
+        self.sample_rate = int(model.sampling_rate)
+        self.samples_per_step = int(np.prod(model.decoder_rates)) * int(model.vq_strides[0])
+        levels = np.asarray(position_levels)
+        self._level_cols = [np.flatnonzero(levels == lv) for lv in range(len(model.vq_strides))]
+        self._keys = _NoiseKeys()
+        self._keys.enabled = noise
+        self._install_keyed_noise()
+
+    def _install_keyed_noise(self) -> None:
+        from snac.layers import NoiseBlock
+
+        salt = 0
+        for module in list(self.model.decoder.modules()):
+            for name, child in list(module.named_children()):
+                if isinstance(child, NoiseBlock):
+                    salt += 1
+                    setattr(module, name, _KeyedNoiseBlock(child, salt * 7919, self._keys))
+
+    @classmethod
+    def load(cls, model: str, *, device: str = "cpu", **kwargs) -> "SnacCodec":
+        """Load ``hubertsiuzdak/snac_24khz`` (or a local folder) through ``SNAC.from_pretrained``."""
+        from snac import SNAC
+
+        logger.info("loading SNAC codec", extra={"codec_model": model, "device": device})
+        return cls(SNAC.from_pretrained(model), device=device, **kwargs)
+
+    @classmethod
+    def random(cls, *, seed: int = 0, device: str = "cpu", **kwargs) -> "SnacCodec":
+        """The 24 kHz architecture with random weights (tests and benchmarks)."""
+        from snac import SNAC
+
+        torch.manual_seed(seed)
+        return cls(SNAC(**SNAC_24KHZ_CONFIG), device=device, **kwargs)
+
+    def _levels(self, frames: np.ndarray) -> list[np.ndarray]:
+        return [frames[:, cols].reshape(-1) for cols in self._level_cols]
+
+    @torch.inference_mode()
+    def decode(self, batch: Sequence[CodecInput]) -> list[np.ndarray]:
+        if not batch:
+            return []
+        steps = batch[0].codes.shape[0]
+        per_item = [self._levels(np.asarray(item.codes)) for item in batch]
+        codes = [
+            torch.from_numpy(np.stack([levels[lv] for levels in per_item]).astype(np.int64)).to(
+                self.device
+            )
+            for lv in range(len(self._level_cols))
+        ]
+        self._keys.seeds = torch.tensor(
+            [item.seed & _MASK31 for item in batch], dtype=torch.int64, device=self.device
+        )
+        self._keys.start_steps = torch.tensor(
+            [item.start_step for item in batch], dtype=torch.int64, device=self.device
+        )
+        self._keys.steps = steps
+        audio = self.model.decode(codes)[:, 0, :].float().cpu().numpy()
+        return [audio[i] for i in range(len(batch))]
+
+    def warmup(self) -> None:
+        frames = np.zeros((4, sum(len(c) for c in self._level_cols)), dtype=np.int64)
+        self.decode([CodecInput(codes=frames, start_step=0, seed=0)])

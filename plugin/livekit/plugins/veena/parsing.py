@@ -1,0 +1,187 @@
+"""Token parsing: generated ids to codec frames, O(1) per token.
+
+A lookup table maps every token id to (kind, value) once per tokenizer/profile, so the hot
+loop never decodes text or runs a regex. Framers are pure and synchronous: feed ids, take
+complete codec steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from .profiles import BiCodecProfile, SnacProfile
+
+logger = logging.getLogger(__name__)
+
+KIND_OTHER = 0
+KIND_AUDIO = 1  # SNAC: value = id - audio_token_base (band p = value // 4096)
+KIND_GLOBAL = 2  # BiCodec global speaker token: value = global index
+KIND_SEMANTIC = 3  # BiCodec semantic token: value = semantic index
+KIND_STOP = 4
+
+
+@dataclass(frozen=True)
+class TokenTable:
+    """``kind[id]`` and ``value[id]`` for every id in the vocabulary."""
+
+    kind: np.ndarray
+    value: np.ndarray
+
+    @classmethod
+    def for_snac(cls, profile: SnacProfile, vocab_size: int | None = None) -> "TokenTable":
+        size = max(vocab_size or 0, profile.vocab_end, *(t + 1 for t in profile.stop_token_ids))
+        kind = np.zeros(size, dtype=np.int8)
+        value = np.full(size, -1, dtype=np.int64)
+        ids = np.arange(profile.audio_token_base, profile.vocab_end)
+        kind[ids] = KIND_AUDIO
+        value[ids] = ids - profile.audio_token_base
+        kind[list(profile.stop_token_ids)] = KIND_STOP
+        return cls(kind, value)
+
+    @classmethod
+    def for_bicodec(cls, profile: BiCodecProfile, vocab: Mapping[str, int]) -> "TokenTable":
+        """Built by scanning the vocabulary's token strings once."""
+        size = max(vocab.values()) + 1
+        kind = np.zeros(size, dtype=np.int8)
+        value = np.full(size, -1, dtype=np.int64)
+        patterns = (
+            (KIND_SEMANTIC, _format_regex(profile.semantic_token_format)),
+            (KIND_GLOBAL, _format_regex(profile.global_token_format)),
+        )
+        for token, tid in vocab.items():
+            for k, rx in patterns:
+                m = rx.fullmatch(token)
+                if m:
+                    kind[tid], value[tid] = k, int(m.group(1))
+                    break
+        for stop in profile.stop_tokens:
+            if stop in vocab:
+                kind[vocab[stop]] = KIND_STOP
+        if not (kind == KIND_SEMANTIC).any() or not (kind == KIND_GLOBAL).any():
+            raise ValueError(
+                f"the tokenizer has no {profile.semantic_token_format!r} / "
+                f"{profile.global_token_format!r} tokens: is it a {profile.name} tokenizer?"
+            )
+        return cls(kind, value)
+
+    def ids_of(self, kind: int) -> dict[int, int]:
+        """value -> id for every token of ``kind`` (e.g. to build prompts from captured ids)."""
+        ids = np.flatnonzero(self.kind == kind)
+        return {int(self.value[i]): int(i) for i in ids}
+
+
+def _format_regex(fmt: str) -> re.Pattern[str]:
+    head, tail = fmt.split("{}")
+    return re.compile(re.escape(head) + r"(\d+)" + re.escape(tail))
+
+
+@dataclass
+class ParseStats:
+    tokens: int = 0
+    frames: int = 0
+    invalid_frames: int = 0
+    other_tokens: int = 0
+    stopped: bool = False
+
+
+class SnacFramer:
+    """Collects 7-token SNAC frames. A frame holding a token of the wrong band is counted,
+    logged and skipped on its own; the frames around it still play."""
+
+    def __init__(self, profile: SnacProfile, table: TokenTable, request_id: str = "") -> None:
+        self._kind = table.kind
+        self._value = table.value
+        self._n = profile.tokens_per_frame
+        self._width = profile.codebook_size
+        self._request_id = request_id
+        self._current = np.zeros(self._n, dtype=np.int64)
+        self._pos = 0
+        self._bad = False
+        self.stats = ParseStats()
+
+    def feed(self, token_ids: Iterable[int]) -> list[np.ndarray]:
+        """Consume ids; return the complete, valid frames (each an int array of 7 codes)."""
+        frames: list[np.ndarray] = []
+        kind, value, n, width = self._kind, self._value, self._n, self._width
+        for tid in token_ids:
+            self.stats.tokens += 1
+            k = kind[tid] if 0 <= tid < len(kind) else KIND_OTHER
+            if k == KIND_STOP:
+                self.stats.stopped = True
+                break
+            if k != KIND_AUDIO:
+                self.stats.other_tokens += 1
+                continue
+            code = value[tid] - self._pos * width
+            if 0 <= code < width:
+                self._current[self._pos] = code
+            else:
+                self._bad = True
+            self._pos += 1
+            if self._pos == n:
+                self._pos = 0
+                if self._bad:
+                    self._bad = False
+                    self.stats.invalid_frames += 1
+                    logger.warning(
+                        "skipping SNAC frame with an out-of-band code",
+                        extra={"request_id": self._request_id,
+                               "invalid_frames": self.stats.invalid_frames},
+                    )
+                else:
+                    frames.append(self._current.copy())
+                    self.stats.frames += 1
+        return frames
+
+
+class BiCodecFramer:
+    """Splits a Spark-style stream into its first 32 globals and the semantic tokens after."""
+
+    def __init__(
+        self,
+        profile: BiCodecProfile,
+        table: TokenTable,
+        request_id: str = "",
+        captured_globals: Iterable[int] | None = None,
+    ) -> None:
+        self._kind = table.kind
+        self._value = table.value
+        self._need = profile.num_global_tokens
+        self._request_id = request_id
+        self.globals_: list[int] = list(captured_globals or [])
+        self.stats = ParseStats()
+        self.extra_globals = 0
+
+    @property
+    def has_globals(self) -> bool:
+        return len(self.globals_) >= self._need
+
+    def feed(self, token_ids: Iterable[int]) -> list[int]:
+        """Consume ids; return new semantic values. Globals are kept in ``globals_``."""
+        semantic: list[int] = []
+        kind, value = self._kind, self._value
+        for tid in token_ids:
+            self.stats.tokens += 1
+            k = kind[tid] if 0 <= tid < len(kind) else KIND_OTHER
+            if k == KIND_STOP:
+                self.stats.stopped = True
+                break
+            if k == KIND_GLOBAL:
+                if len(self.globals_) < self._need:
+                    self.globals_.append(int(value[tid]))
+                else:
+                    self.extra_globals += 1
+            elif k == KIND_SEMANTIC:
+                if self.has_globals:
+                    semantic.append(int(value[tid]))
+                    self.stats.frames += 1
+                else:
+                    self.stats.invalid_frames += 1
+            else:
+                self.stats.other_tokens += 1
+        return semantic

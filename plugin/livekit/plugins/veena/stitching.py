@@ -1,0 +1,56 @@
+"""Join decoded windows into one gap-free PCM stream.
+
+Each window contributes only its kept samples. At every seam the previous window's samples
+just past its kept region (decoded from its right context) are held back and crossfaded with
+the start of the next window's kept region, so a seam never jumps. The total length is
+exactly steps x samples_per_step. Pure and synchronous.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .windowing import Window
+
+
+def to_int16(audio: np.ndarray) -> np.ndarray:
+    """Float [-1, 1] to int16 PCM, clipping instead of wrapping."""
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+def crossfade(tail: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """Linear (constant-gain) fade from ``tail`` into ``head``: both decode the same instant."""
+    n = min(len(tail), len(head))
+    if n == 0:
+        return head
+    w = (np.arange(1, n + 1, dtype=np.float32) / (n + 1))
+    mixed = head.copy()
+    mixed[:n] = tail[:n] * (1.0 - w) + head[:n] * w
+    return mixed
+
+
+class Stitcher:
+    def __init__(self, samples_per_step: int, crossfade_samples: int) -> None:
+        self.spp = samples_per_step
+        self.crossfade = max(0, crossfade_samples)
+        self._tail = np.zeros(0, dtype=np.float32)
+        self.emitted = 0
+
+    def push(self, window: Window, audio: np.ndarray) -> np.ndarray:
+        """Add one window's decoded audio; return the samples now final."""
+        spp = self.spp
+        if len(audio) != window.steps * spp:
+            raise ValueError(f"window of {window.steps} steps decoded to {len(audio)} samples")
+        if window.keep_start * spp != self.emitted:
+            raise ValueError("windows must arrive in order without gaps")
+        lo = (window.keep_start - window.start) * spp
+        hi = (window.keep_end - window.start) * spp
+        kept = crossfade(self._tail, audio[lo:hi].astype(np.float32, copy=False))
+        self._tail = audio[hi : hi + self.crossfade].astype(np.float32, copy=True)
+        self.emitted += hi - lo
+        return kept
+
+    def finish(self) -> np.ndarray:
+        """The stream ended; the held-back tail belongs to no kept step and is dropped."""
+        self._tail = np.zeros(0, dtype=np.float32)
+        return self._tail

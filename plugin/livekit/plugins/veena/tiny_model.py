@@ -1,0 +1,172 @@
+"""Tiny random-weight models with a real profile's token layout, built offline.
+
+Tests and install checks need a model vLLM can really serve, but nothing may be downloaded.
+The tiny Llama keeps the profile's exact vocabulary and token ids; its random output head is
+tilted so that it follows the codec's token grammar (SNAC: interleave position p is followed
+by p + 1; BiCodec: globals, then semantic tokens). The codes themselves stay random, so the
+audio is noise: that is what random weights sound like.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from .profiles import BiCodecProfile, ModelProfile, SnacProfile, get_profile
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "veena_tts.json"
+"""Written beside a model: names its profile and where its codec weights lie."""
+
+_CORPUS = [
+    "Hello, this is a small test of the streaming speech pipeline.",
+    "The quick brown fox jumps over the lazy dog. How are you today?",
+    "Numbers like 3.14 and 2026 appear in text, as do names such as Dr. Rao.",
+    "नमस्ते, आप कैसे हैं? मैं ठीक हूँ। धन्यवाद॥",
+    "यह एक छोटा परीक्षण वाक्य है। हम हिंदी और English दोनों बोलते हैं।",
+    "Voice agents speak while the language model is still writing.",
+    "kavya agastya maitri vinaya tara leah jess leo dan mia zac zoe",
+]
+
+
+def _train_bpe(vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    return tok
+
+
+def _build_tokenizer(named_ids: dict[int, str], vocab_size: int, special: list[str]):
+    """A byte-level BPE whose vocabulary is padded so that ``named_ids`` sit at their ids."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    base = json.loads(_train_bpe(512).to_str())["model"]
+    vocab: dict[str, int] = dict(base["vocab"])
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in base["merges"]]
+    if len(vocab) > min(named_ids):
+        raise ValueError("the trained vocabulary overlaps the reserved ids")
+    for i in range(len(vocab), vocab_size):
+        vocab[named_ids.get(i, f"<|reserved_{i}|>")] = i
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in special])
+    return tok
+
+
+def _save_tokenizer(tok, out: Path, bos: str, eos: str) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos)
+    fast.save_pretrained(str(out))
+
+
+def _llama(vocab_size: int, out: Path, bos_id: int, eos_id: int, tilt, seed: int) -> None:
+    """Save a 2-layer Llama whose output head is tilted by ``tilt(embed, head)``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
+        torch_dtype="float32",
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        embed = model.model.embed_tokens.weight
+        head = model.lm_head.weight
+        embed.normal_(0.0, 0.02)
+        head.normal_(0.0, 1.0)
+        tilt(embed, head)
+    model.save_pretrained(str(out), safe_serialization=True)
+
+
+# Hidden dimensions 0..7 carry the grammar state; the rest stays random.
+_GAIN = 1.0
+_PULL = 2.5
+
+
+def _tilt_snac(profile: SnacProfile):
+    def tilt(embed, head):
+        base, width, n = profile.audio_token_base, profile.codebook_size, profile.tokens_per_frame
+        embed[:, :8] = 0.0
+        head[:, :8] = 0.0
+        for p in range(n):
+            rows = slice(base + p * width, base + (p + 1) * width)
+            embed[rows, p] = _GAIN  # "I am position p"
+            head[rows, (p - 1) % n] = _PULL  # "I follow position p - 1"
+        start = profile.suffix_ids[-1]  # START_OF_SPEECH: what comes next is position 0
+        embed[start, 7] = _GAIN
+        head[base : base + width, 7] = _PULL
+
+    return tilt
+
+
+def _snac_named_ids(profile: SnacProfile, vocab_size: int) -> dict[int, str]:
+    names = {128000: "<|begin_of_text|>", 128001: "<|end_of_text|>", 128009: "<|eot_id|>"}
+    for i in range(128256, min(vocab_size, profile.vocab_end)):
+        names[i] = f"<custom_token_{i - 128256}>"
+    return names
+
+
+def _write_snac_codec(out: Path, seed: int) -> None:
+    import torch
+    from snac import SNAC
+
+    from .codecs.snac import SNAC_24KHZ_CONFIG
+
+    torch.manual_seed(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(SNAC_24KHZ_CONFIG, indent=2))
+    torch.save(SNAC(**SNAC_24KHZ_CONFIG).state_dict(), out / "pytorch_model.bin")
+
+
+def _make_snac_model(profile: SnacProfile, out: Path, seed: int) -> None:
+    vocab_size = profile.vocab_end + (-profile.vocab_end % 64)
+    named = _snac_named_ids(profile, vocab_size)
+    special = sorted({named[i] for i in (*profile.prefix_ids, *profile.suffix_ids,
+                                         *profile.stop_token_ids, 128000, 128001, 128009)})
+    tok = _build_tokenizer(named, vocab_size, special)
+    _save_tokenizer(tok, out, bos="<|begin_of_text|>", eos="<|end_of_text|>")
+    _llama(vocab_size, out, 128000, 128001, _tilt_snac(profile), seed)
+    _write_snac_codec(out / "snac", seed)
+
+
+def make_tiny_model(out_dir: str | Path, profile: str | ModelProfile = "veena", seed: int = 0) -> Path:
+    """Build a tiny random model for ``profile`` into ``out_dir`` and return its path."""
+    prof = get_profile(profile) if isinstance(profile, str) else profile
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    logger.info("building tiny random %s model", prof.name, extra={"dir": str(out)})
+    if isinstance(prof, SnacProfile):
+        _make_snac_model(prof, out, seed)
+        codec_dir = "snac"
+    elif isinstance(prof, BiCodecProfile):
+        from .tiny_bicodec import make_bicodec_model
+
+        make_bicodec_model(prof, out, seed)
+        codec_dir = "BiCodec"
+    else:  # pragma: no cover - profiles are a closed union
+        raise TypeError(type(prof))
+    manifest = {"profile": prof.name, "codec_model": codec_dir, "random_weights": True}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return out

