@@ -202,7 +202,14 @@ class Synthesis:
         """BiCodec: the globals this request used (captured from its first piece, or given)."""
         self.timings = Timings()
         self.vllm_request_ids: list[str] = []
+        self.tracks: list = []
+        """Per piece: the codec steps parsed from the engine (kept for inspection)."""
         self._iter: AsyncIterator[AudioChunk] | None = None
+
+    @property
+    def pieces(self) -> list[str]:
+        """The text, split where it would not fit the model context in one request."""
+        return list(self._pieces)
 
     def __aiter__(self) -> AsyncIterator[AudioChunk]:
         if self._iter is None:
@@ -221,14 +228,15 @@ class Synthesis:
         seq = 0
         for i, piece in enumerate(self._pieces):
             last_piece = i == len(self._pieces) - 1
-            async for pcm, done in self._p._stream_piece(self, piece, i):
-                final = done and last_piece
-                if len(pcm) or final:
-                    if len(pcm) and self.timings.first_audio is None:
-                        self.timings.first_audio = time.perf_counter()
-                    self.timings.audio_seconds += len(pcm) / self._p.sample_rate
-                    yield AudioChunk(to_int16(pcm), self._p.sample_rate, seq, final)
-                    seq += 1
+            async with contextlib.aclosing(self._p._stream_piece(self, piece, i)) as piece_audio:
+                async for pcm, done in piece_audio:
+                    final = done and last_piece
+                    if len(pcm) or final:
+                        if len(pcm) and self.timings.first_audio is None:
+                            self.timings.first_audio = time.perf_counter()
+                        self.timings.audio_seconds += len(pcm) / self._p.sample_rate
+                        yield AudioChunk(to_int16(pcm), self._p.sample_rate, seq, final)
+                        seq += 1
         self.timings.finished = time.perf_counter()
         logger.info(
             "synthesis done",
@@ -386,6 +394,7 @@ class Pipeline:
         rid = syn.request_id if index == 0 else f"{syn.request_id}.{index}"
         syn.vllm_request_ids.append(rid)
         track = self._new_track(syn, rid)
+        syn.tracks.append(track)
         prompt = self._prompt(syn, text)
         sampling = self._sampling_for(syn, text, len(prompt))
         planner = WindowPlanner(self.window)
@@ -393,8 +402,7 @@ class Pipeline:
                             int(self.options.crossfade_ms * self.sample_rate / 1000))
         queue: asyncio.Queue[tuple[Window, asyncio.Future] | None] = asyncio.Queue()
         timings = syn.timings
-        # the noise seed is per request and piece, so a piece decodes the same in any batch
-        seed = (syn.seed * 1000003 + index) & 0x7FFFFFFF
+        seed = piece_seed(syn.seed, index)
 
         def submit(windows: list[Window]) -> None:
             for w in windows:
@@ -453,6 +461,11 @@ class Pipeline:
     async def aclose(self) -> None:
         await self.scheduler.aclose()
         await self.engine.aclose()
+
+
+def piece_seed(seed: int, index: int) -> int:
+    """Codec noise seed of one piece: a piece decodes the same in any batch."""
+    return (seed * 1000003 + index) & 0x7FFFFFFF
 
 
 def _read_manifest(model: str) -> dict:

@@ -1,0 +1,81 @@
+"""Decode scheduler logic with a gated codec: batching and cancellation (no torch needed)."""
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from livekit.plugins.veena.codecs.base import CodecInput
+from livekit.plugins.veena.scheduler import DecodeScheduler, SchedulerOptions
+
+
+class GatedCodec:
+    """Records what it decodes; blocks the first batch until released."""
+
+    name, sample_rate, samples_per_step = "gated", 100, 10
+
+    def __init__(self):
+        self.gate = threading.Event()
+        self.seen: list[tuple[int, int]] = []  # (seed, start) of every decoded window
+        self.batches: list[int] = []
+
+    def decode(self, batch):
+        self.gate.wait(5)
+        self.batches.append(len(batch))
+        self.seen += [(b.seed, b.start_step) for b in batch]
+        return [np.full(b.codes.shape[0] * 10, b.seed, np.float32) for b in batch]
+
+    def warmup(self):
+        pass
+
+
+def _win(seed, start, steps=4):
+    return CodecInput(np.zeros((steps, 7), np.int64), start, seed)
+
+
+async def test_same_shape_windows_batch_and_results_route_back():
+    codec = GatedCodec()
+    codec.gate.set()
+    s = DecodeScheduler(codec, SchedulerOptions(max_batch=8, max_wait_ms=20))
+    futs = [s.submit(f"r{i}", _win(i, 0)) for i in range(5)] + [s.submit("odd", _win(99, 0, 6))]
+    out = await asyncio.gather(*futs)
+    assert [o[0] for o in out] == [0, 1, 2, 3, 4, 99]
+    assert sorted(codec.batches) == [1, 5]
+    assert s.stats.batch_sizes[5] == 1
+    await s.aclose()
+
+
+async def test_cancelled_request_windows_never_run():
+    codec = GatedCodec()
+    s = DecodeScheduler(codec, SchedulerOptions(max_batch=1, max_wait_ms=0))
+    blocker = s.submit("a", _win(1, 0))
+    await asyncio.sleep(0.05)  # the first window is now inside the codec, blocked
+    doomed = [s.submit("b", _win(2, k)) for k in range(3)]
+    kept = s.submit("c", _win(3, 0))
+    assert s.cancel_request("b") == 3
+    assert s.pending_for("b") == 0
+    codec.gate.set()
+    await blocker
+    await kept
+    assert all(f.cancelled() for f in doomed)
+    assert (2, 0) not in codec.seen and len(codec.seen) == 2
+    assert s.stats.cancelled_windows == 3
+    await s.aclose()
+
+
+async def test_cancelling_the_awaiting_task_drops_its_window():
+    codec = GatedCodec()
+    s = DecodeScheduler(codec, SchedulerOptions(max_batch=1, max_wait_ms=0))
+    first = s.submit("a", _win(1, 0))
+    await asyncio.sleep(0.05)
+    waiter = asyncio.ensure_future(s.submit("b", _win(2, 0)))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    codec.gate.set()
+    await first
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await asyncio.sleep(0.05)
+    assert (2, 0) not in codec.seen
+    await s.aclose()
