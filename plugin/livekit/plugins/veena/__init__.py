@@ -1,6 +1,26 @@
 """LiveKit Agents TTS plugin: self-hosted streaming Veena/Orpheus (SNAC) and Spark/Veena3
 (BiCodec) speech on vLLM."""
 
+from livekit.agents import Plugin
+
+from .chunking import ChunkerOptions
+from .engine import EngineOptions, SamplingOptions
+from .log import logger
+from .pipeline import Pipeline, PipelineOptions
+from .profiles import ORPHEUS, VEENA, VEENA3, BiCodecProfile, SnacProfile, get_profile
+from .tts import TTS, ChunkedStream, SynthesizeStream
 from .version import __version__
 
-__all__ = ["__version__"]
+__all__ = [
+    "TTS", "ChunkedStream", "SynthesizeStream", "Pipeline", "PipelineOptions", "EngineOptions",
+    "SamplingOptions", "ChunkerOptions", "SnacProfile", "BiCodecProfile", "VEENA", "ORPHEUS",
+    "VEENA3", "get_profile", "__version__",
+]
+
+
+class VeenaPlugin(Plugin):
+    def __init__(self) -> None:
+        super().__init__(__name__, __version__, __package__, logger)
+
+
+Plugin.register_plugin(VeenaPlugin())

@@ -153,7 +153,10 @@ class VllmEngine:
         async with self._start_lock:
             if self._llm is not None:
                 return
-            self._llm = await asyncio.get_running_loop().run_in_executor(None, self._build)
+            try:
+                self._llm = await asyncio.get_running_loop().run_in_executor(None, self._build)
+            except Exception as e:
+                raise EngineError(f"failed to start vLLM for {self.options.model!r}: {e}") from e
 
     def _build(self):
         opts = self.options

@@ -200,6 +200,10 @@ class Synthesis:
         self.request_id = request_id
         self.speaker_globals = speaker_globals
         """BiCodec: the globals this request used (captured from its first piece, or given)."""
+        self.globals_captured = asyncio.Event()
+        """Set as soon as ``speaker_globals`` is known (at once for SNAC and continuations)."""
+        if speaker_globals is not None or not isinstance(pipeline.profile, BiCodecProfile):
+            self.globals_captured.set()
         self.timings = Timings()
         self.vllm_request_ids: list[str] = []
         self.tracks: list = []
@@ -419,6 +423,9 @@ class Pipeline:
                             timings.first_token = time.perf_counter()
                         timings.tokens += len(ids)
                         new = track.feed(ids)
+                        if syn.speaker_globals is None and track.speaker_globals is not None:
+                            syn.speaker_globals = track.speaker_globals
+                            syn.globals_captured.set()
                         if new:
                             submit(planner.add(new))
                         if track.framer.stats.stopped:
@@ -440,8 +447,6 @@ class Pipeline:
                     timings.first_decode_done = time.perf_counter()
                 yield stitcher.push(window, audio), False
             await producer  # re-raise an engine failure
-            if syn.speaker_globals is None and track.speaker_globals is not None:
-                syn.speaker_globals = track.speaker_globals
             yield stitcher.finish(), True
         finally:
             if not producer.done():

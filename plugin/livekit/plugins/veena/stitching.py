@@ -54,3 +54,38 @@ class Stitcher:
         """The stream ended; the held-back tail belongs to no kept step and is dropped."""
         self._tail = np.zeros(0, dtype=np.float32)
         return self._tail
+
+
+class ChunkJoiner:
+    """Joins the audio of consecutive text chunks of one turn with a short crossfade.
+
+    The last ``crossfade`` samples of a chunk are held back and faded into the first
+    samples of the next chunk, so the seam between two requests has no click and no gap.
+    ``finish`` releases the held samples of the last chunk.
+    """
+
+    def __init__(self, crossfade_samples: int) -> None:
+        self.crossfade = max(0, crossfade_samples)
+        self._held = np.zeros(0, dtype=np.float32)
+        self._fade_in = np.zeros(0, dtype=np.float32)  # held tail awaiting the next chunk
+
+    def push(self, pcm: np.ndarray) -> np.ndarray:
+        audio = pcm.astype(np.float32) / 32767.0
+        if len(self._fade_in):
+            n = min(len(self._fade_in), len(audio))
+            audio = np.concatenate([crossfade(self._fade_in[:n], audio[:n]), audio[n:]])
+            self._fade_in = self._fade_in[n:]
+        audio = np.concatenate([self._held, audio])
+        cut = max(0, len(audio) - self.crossfade)
+        self._held = audio[cut:]
+        return to_int16(audio[:cut])
+
+    def end_chunk(self) -> None:
+        """The current chunk is complete: its held tail fades into the next chunk."""
+        self._fade_in = np.concatenate([self._fade_in, self._held])
+        self._held = np.zeros(0, dtype=np.float32)
+
+    def finish(self) -> np.ndarray:
+        rest = np.concatenate([self._fade_in, self._held])
+        self._fade_in = self._held = np.zeros(0, dtype=np.float32)
+        return to_int16(rest)

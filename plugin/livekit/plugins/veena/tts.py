@@ -1,0 +1,379 @@
+"""The LiveKit Agents TTS: ``tts=veena.TTS(model=...)`` in any agent, self-hosted.
+
+A stream is one LiveKit segment. Its text is chunked (a short first chunk, then sentences);
+the first chunk is a first request, later chunks are continuations that keep the voice
+(SNAC: the same speaker prompt and seed; BiCodec: the first chunk's 32 captured globals).
+Chunk k+1 generates while chunk k plays, and consecutive chunks are crossfaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+from dataclasses import dataclass, replace
+from typing import AsyncIterable
+
+from livekit.agents import (
+    APIConnectionError,
+    APIConnectOptions,
+    APIError,
+    APITimeoutError,
+    tts,
+    utils,
+)
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr
+from livekit.agents.utils import is_given
+
+from .chunking import ChunkerOptions, TextChunker, chunk_text
+from .engine import EngineError, SamplingOptions
+from .log import logger
+from .pipeline import EmptyTextError, Pipeline
+from .profiles import BiCodecProfile, ModelProfile
+from .settings import env_float, env_int
+from .stitching import ChunkJoiner
+
+_PIPELINES: dict[str, Pipeline] = {}
+"""One pipeline (engine + decode scheduler) per model per process, shared by every TTS."""
+
+
+def shared_pipeline(model: str, profile: str | ModelProfile | None = None) -> Pipeline:
+    if model not in _PIPELINES:
+        _PIPELINES[model] = Pipeline.from_model(model, profile=profile)
+    return _PIPELINES[model]
+
+
+@dataclass
+class _TTSOptions:
+    voice: str
+    temperature: float
+    top_p: float
+    top_k: int
+    repetition_penalty: float
+    max_tokens_per_chunk: int | None
+    seed: int | None
+    """None: each turn draws its own seed and keeps it for all its chunks."""
+    chunker: ChunkerOptions
+    chunk_crossfade_ms: float
+    max_chunks_in_flight: int
+
+    def sampling(self, base: SamplingOptions) -> SamplingOptions:
+        return replace(base, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                       repetition_penalty=self.repetition_penalty,
+                       max_tokens=self.max_tokens_per_chunk).validate()
+
+
+class TTS(tts.TTS):
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        pipeline: Pipeline | None = None,
+        profile: str | ModelProfile | None = None,
+        voice: NotGivenOr[str] = NOT_GIVEN,
+        temperature: NotGivenOr[float] = NOT_GIVEN,
+        top_p: NotGivenOr[float] = NOT_GIVEN,
+        top_k: NotGivenOr[int] = NOT_GIVEN,
+        repetition_penalty: NotGivenOr[float] = NOT_GIVEN,
+        max_tokens_per_chunk: NotGivenOr[int | None] = NOT_GIVEN,
+        seed: NotGivenOr[int | None] = NOT_GIVEN,
+        chunker: ChunkerOptions | None = None,
+        chunk_crossfade_ms: NotGivenOr[float] = NOT_GIVEN,
+        max_chunks_in_flight: NotGivenOr[int] = NOT_GIVEN,
+    ) -> None:
+        """Speak through an in-process ``pipeline``, or build the shared one for ``model``
+        (a local path or hub id; default ``VEENA_MODEL``). Invalid options raise ValueError."""
+        if pipeline is None:
+            import os
+
+            model = model or os.environ.get("VEENA_MODEL")
+            if not model:
+                raise ValueError("veena.TTS needs a model path/id (or VEENA_MODEL) or a pipeline")
+            pipeline = shared_pipeline(model, profile)
+        self._pipeline = pipeline
+        prof = pipeline.profile
+        super().__init__(
+            capabilities=tts.TTSCapabilities(streaming=True),
+            sample_rate=prof.sample_rate,
+            num_channels=1,
+        )
+        base = pipeline.default_sampling()
+        self._opts = _TTSOptions(
+            voice=prof.check_voice(voice if is_given(voice) else prof.default_voice),
+            temperature=temperature if is_given(temperature) else base.temperature,
+            top_p=top_p if is_given(top_p) else base.top_p,
+            top_k=top_k if is_given(top_k) else base.top_k,
+            repetition_penalty=(repetition_penalty if is_given(repetition_penalty)
+                                else base.repetition_penalty),
+            max_tokens_per_chunk=max_tokens_per_chunk if is_given(max_tokens_per_chunk) else None,
+            seed=seed if is_given(seed) else None,
+            chunker=(chunker or ChunkerOptions.from_env()).validate(),
+            chunk_crossfade_ms=(chunk_crossfade_ms if is_given(chunk_crossfade_ms)
+                                else env_float("VEENA_CHUNK_CROSSFADE_MS", 15.0)),
+            max_chunks_in_flight=(max_chunks_in_flight if is_given(max_chunks_in_flight)
+                                  else env_int("VEENA_MAX_CHUNKS_IN_FLIGHT", 2)),
+        )
+        self._validate(self._opts)
+        self._streams: "set[SynthesizeStream]" = set()
+        self._prewarm_task: asyncio.Task | None = None
+
+    def _validate(self, opts: _TTSOptions) -> None:
+        opts.sampling(self._pipeline.default_sampling())
+        if opts.max_chunks_in_flight < 1:
+            raise ValueError("max_chunks_in_flight must be >= 1")
+        if opts.chunk_crossfade_ms < 0:
+            raise ValueError("chunk_crossfade_ms must be >= 0")
+
+    @property
+    def model(self) -> str:
+        return self._pipeline.engine.options.model
+
+    @property
+    def provider(self) -> str:
+        return "veena"
+
+    @property
+    def pipeline(self) -> Pipeline:
+        return self._pipeline
+
+    def update_options(
+        self,
+        *,
+        voice: NotGivenOr[str] = NOT_GIVEN,
+        temperature: NotGivenOr[float] = NOT_GIVEN,
+        top_p: NotGivenOr[float] = NOT_GIVEN,
+        top_k: NotGivenOr[int] = NOT_GIVEN,
+        repetition_penalty: NotGivenOr[float] = NOT_GIVEN,
+        max_tokens_per_chunk: NotGivenOr[int | None] = NOT_GIVEN,
+        seed: NotGivenOr[int | None] = NOT_GIVEN,
+    ) -> None:
+        """Change options for streams created from now on (running streams keep theirs)."""
+        changes = {k: v for k, v in dict(
+            voice=voice, temperature=temperature, top_p=top_p, top_k=top_k,
+            repetition_penalty=repetition_penalty, max_tokens_per_chunk=max_tokens_per_chunk,
+            seed=seed).items() if is_given(v)}
+        if "voice" in changes:
+            self._pipeline.profile.check_voice(changes["voice"])
+        opts = dataclasses.replace(self._opts, **changes)
+        self._validate(opts)
+        self._opts = opts
+
+    def prewarm(self) -> None:
+        """Start the engine and warm the codec in the background; never blocks."""
+        if self._prewarm_task is None or self._prewarm_task.done():
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                logger.warning("prewarm() needs a running event loop; skipped")
+                return
+            self._prewarm_task = loop.create_task(self._pipeline.start(), name="veena-prewarm")
+
+    def synthesize(
+        self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> "ChunkedStream":
+        return ChunkedStream(tts=self, input_text=text, conn_options=conn_options)
+
+    def stream(
+        self, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> "SynthesizeStream":
+        stream = SynthesizeStream(tts=self, conn_options=conn_options)
+        self._streams.add(stream)
+        return stream
+
+    async def aclose(self) -> None:
+        for stream in list(self._streams):
+            await stream.aclose()
+        self._streams.clear()
+        if self._prewarm_task is not None:
+            self._prewarm_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._prewarm_task
+
+
+class _Turn:
+    """Speaks the chunks of one turn in order, at most ``in_flight`` generating at once.
+
+    Owns every request it starts: ``aclose`` aborts them all (vLLM requests and pending
+    decode windows) at once.
+    """
+
+    def __init__(self, tts_: TTS, opts: _TTSOptions, timeout: float, mark_started) -> None:
+        self._p = tts_.pipeline
+        self._opts = opts
+        self._timeout = timeout
+        self._mark_started = mark_started
+        self._sampling = opts.sampling(self._p.default_sampling())
+        self.seed = opts.seed if opts.seed is not None else random.getrandbits(31)
+        self.speaker_globals: tuple[int, ...] | None = None
+        self._first_syn = None
+        self._tasks: list[asyncio.Task] = []
+        self._slots = asyncio.Semaphore(opts.max_chunks_in_flight)
+        self.audio_pushed = False
+        self.request_ids: list[str] = []
+
+    async def _prefetch(self, text: str, index: int, out: asyncio.Queue) -> None:
+        """Generate one chunk into ``out`` (int16 arrays, then None)."""
+        try:
+            if index > 0 and isinstance(self._p.profile, BiCodecProfile):
+                await self._await_first_globals()
+            syn = self._p.synthesize(text, voice=self._opts.voice, sampling=self._sampling,
+                                     seed=self.seed, speaker_globals=self.speaker_globals)
+            if index == 0:
+                self._first_syn = syn
+            self.request_ids.append(syn.request_id)
+            self._mark_started()
+            async with contextlib.aclosing(syn.__aiter__()) as chunks:
+                async for chunk in chunks:
+                    if self.speaker_globals is None and syn.speaker_globals is not None:
+                        self.speaker_globals = syn.speaker_globals
+                    if len(chunk.pcm):
+                        out.put_nowait(chunk.pcm)
+            out.put_nowait(None)
+        except EmptyTextError:
+            out.put_nowait(None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # delivered in order, where the listener reaches this chunk
+            out.put_nowait(e)
+        finally:
+            self._slots.release()
+
+    async def _await_first_globals(self) -> None:
+        while self._first_syn is None:
+            await asyncio.sleep(0.005)
+        first_task = self._tasks[0]
+        waiter = asyncio.ensure_future(self._first_syn.globals_captured.wait())
+        try:
+            await asyncio.wait({waiter, first_task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        self.speaker_globals = self._first_syn.speaker_globals
+        if self.speaker_globals is None:
+            raise APIError("the first chunk ended before its 32 global tokens were captured")
+
+    async def speak(self, chunks: AsyncIterable[str], push) -> None:
+        """Synthesize ``chunks`` in order and ``push`` int16 audio, crossfading the seams."""
+        order: asyncio.Queue[asyncio.Queue | None] = asyncio.Queue()
+
+        async def schedule() -> None:
+            index = 0
+            async for text in chunks:
+                await self._slots.acquire()
+                q: asyncio.Queue = asyncio.Queue()
+                self._tasks.append(asyncio.create_task(self._prefetch(text, index, q),
+                                                       name=f"veena-chunk-{index}"))
+                order.put_nowait(q)
+                index += 1
+            order.put_nowait(None)
+
+        joiner = ChunkJoiner(int(self._opts.chunk_crossfade_ms * self._p.sample_rate / 1000))
+        scheduler = asyncio.create_task(schedule(), name="veena-turn-schedule")
+        try:
+            while (q := await order.get()) is not None:
+                while True:
+                    try:
+                        item = await asyncio.wait_for(q.get(), self._timeout)
+                    except asyncio.TimeoutError:
+                        raise APITimeoutError(
+                            f"no audio from the engine for {self._timeout:.1f} s") from None
+                    if item is None:
+                        break
+                    if isinstance(item, BaseException):
+                        raise item
+                    pcm = joiner.push(item)
+                    if len(pcm):
+                        push(pcm)
+                        self.audio_pushed = True
+                joiner.end_chunk()
+            tail = joiner.finish()
+            if len(tail):
+                push(tail)
+            await scheduler
+        finally:
+            await self.aclose(scheduler)
+
+    async def aclose(self, *extra: asyncio.Task) -> None:
+        tasks = [t for t in (*self._tasks, *extra) if not t.done()]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+
+def _map_error(e: BaseException, audio_pushed: bool) -> APIError:
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, EngineError):
+        return APIConnectionError(str(e), retryable=not audio_pushed)
+    return APIConnectionError(f"veena synthesis failed: {e!r}", retryable=not audio_pushed)
+
+
+class ChunkedStream(tts.ChunkedStream):
+    """``synthesize(text)``: the same chunked, pipelined turn over a complete text."""
+
+    def __init__(self, *, tts: TTS, input_text: str, conn_options: APIConnectOptions) -> None:
+        super().__init__(tts=tts, input_text=input_text, conn_options=conn_options)
+        self._tts: TTS = tts
+        self._opts = dataclasses.replace(tts._opts)
+
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        output_emitter.initialize(
+            request_id=utils.shortuuid(), sample_rate=self._tts.sample_rate, num_channels=1,
+            mime_type="audio/pcm", stream=False,
+        )
+
+        async def texts():
+            for chunk in chunk_text(self._input_text, self._opts.chunker):
+                yield chunk
+
+        turn = _Turn(self._tts, self._opts, self._conn_options.timeout, lambda: None)
+        try:
+            await turn.speak(texts(), lambda pcm: output_emitter.push(pcm.tobytes()))
+        except (asyncio.CancelledError, APIError):
+            raise
+        except Exception as e:
+            raise _map_error(e, turn.audio_pushed) from e
+        output_emitter.flush()
+
+
+class SynthesizeStream(tts.SynthesizeStream):
+    """``stream()``: LLM deltas in, one segment of audio out, chunk by chunk."""
+
+    def __init__(self, *, tts: TTS, conn_options: APIConnectOptions) -> None:
+        super().__init__(tts=tts, conn_options=conn_options)
+        self._tts: TTS = tts
+        self._opts = dataclasses.replace(tts._opts)
+
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        request_id = utils.shortuuid()
+        output_emitter.initialize(
+            request_id=request_id, sample_rate=self._tts.sample_rate, num_channels=1,
+            mime_type="audio/pcm", stream=True,
+        )
+        output_emitter.start_segment(segment_id=utils.shortuuid())
+        chunker = TextChunker(self._opts.chunker)
+
+        async def texts():
+            # every chunk of the stream goes into this one segment: a flush only forces
+            # out what the chunker holds, it never opens a second segment
+            async for data in self._input_ch:
+                pieces = chunker.flush() if isinstance(data, self._FlushSentinel) else chunker.push(data)
+                for piece in pieces:
+                    yield piece
+            for piece in chunker.flush():
+                yield piece
+
+        turn = _Turn(self._tts, self._opts, self._conn_options.timeout, self._mark_started)
+        try:
+            await turn.speak(texts(), lambda pcm: output_emitter.push(pcm.tobytes()))
+        except (asyncio.CancelledError, APIError):
+            raise
+        except Exception as e:
+            raise _map_error(e, turn.audio_pushed) from e
+        finally:
+            logger.debug("stream turn closed", extra={"request_id": request_id,
+                                                      "engine_requests": turn.request_ids})
+            self._tts._streams.discard(self)
+        output_emitter.end_segment()
