@@ -1,0 +1,68 @@
+"""Example voice agent: Silero VAD + any OpenAI-compatible STT and LLM + Veena TTS.
+
+Run with the livekit-agents CLI:
+    python agent/agent.py console   # local microphone/speaker (needs libportaudio2)
+    python agent/agent.py dev       # against LIVEKIT_URL (e.g. `livekit-server --dev`)
+    python agent/agent.py start     # production worker
+Every setting is an environment variable; see ../.env.example.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from livekit.agents import Agent, AgentSession, JobContext, JobProcess, WorkerOptions, cli
+from livekit.agents.types import NOT_GIVEN
+from livekit.plugins import openai, silero, veena
+
+logger = logging.getLogger("veena-agent")
+
+INSTRUCTIONS = os.environ.get(
+    "AGENT_INSTRUCTIONS",
+    "You are a friendly voice assistant. Answer briefly, in plain spoken sentences.",
+)
+
+
+def build_tts() -> veena.TTS:
+    """In-process TTS on VEENA_MODEL (one engine per worker process)."""
+    return veena.TTS(
+        model=os.environ.get("VEENA_MODEL") or None,
+        voice=os.environ.get("VEENA_VOICE") or NOT_GIVEN,
+    )
+
+
+def build_llm() -> openai.LLM:
+    return openai.LLM(
+        model=os.environ.get("LLM_MODEL", "gpt-4o-mini"),
+        base_url=os.environ.get("LLM_BASE_URL") or NOT_GIVEN,
+        api_key=os.environ.get("LLM_API_KEY") or os.environ.get("OPENAI_API_KEY") or "unused",
+    )
+
+
+def build_stt() -> openai.STT:
+    return openai.STT(
+        model=os.environ.get("STT_MODEL", "gpt-4o-mini-transcribe"),
+        base_url=os.environ.get("STT_BASE_URL") or NOT_GIVEN,
+        api_key=os.environ.get("STT_API_KEY") or os.environ.get("OPENAI_API_KEY") or "unused",
+        language=os.environ.get("STT_LANGUAGE", "en"),
+    )
+
+
+def prewarm(proc: JobProcess) -> None:
+    proc.userdata["vad"] = silero.VAD.load()
+
+
+async def entrypoint(ctx: JobContext) -> None:
+    tts = build_tts()
+    tts.prewarm()
+    session = AgentSession(vad=ctx.proc.userdata["vad"], stt=build_stt(), llm=build_llm(), tts=tts)
+    await session.start(agent=Agent(instructions=INSTRUCTIONS), room=ctx.room)
+    await ctx.connect()
+    greeting = os.environ.get("AGENT_GREETING", "Hello! How can I help you today?")
+    if greeting:
+        session.say(greeting)
+
+
+if __name__ == "__main__":
+    cli.run_app(WorkerOptions(entrypoint_fnc=entrypoint, prewarm_fnc=prewarm))
