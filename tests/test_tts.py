@@ -7,7 +7,6 @@ import pytest
 from livekit.agents import APIConnectionError, APIConnectOptions
 
 from livekit.plugins import veena
-from livekit.plugins.veena.codecs.snac import SnacCodec
 from livekit.plugins.veena.engine import EngineOptions, VllmEngine
 from livekit.plugins.veena.pipeline import Pipeline
 from livekit.plugins.veena.profiles import VEENA

@@ -45,7 +45,6 @@ def _resolve_model(model: str | None) -> str:
 
 
 async def _say(args: argparse.Namespace) -> int:
-    from .engine import SamplingOptions
     from .pipeline import Pipeline
 
     pipeline = Pipeline.from_model(_resolve_model(args.model), profile=args.profile)

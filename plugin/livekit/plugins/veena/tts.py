@@ -1,9 +1,8 @@
 """The LiveKit Agents TTS: ``tts=veena.TTS(model=...)`` in any agent, self-hosted.
 
-A stream is one LiveKit segment. Its text is chunked (a short first chunk, then sentences);
-the first chunk is a first request, later chunks are continuations that keep the voice
-(SNAC: the same speaker prompt and seed; BiCodec: the first chunk's 32 captured globals).
-Chunk k+1 generates while chunk k plays, and consecutive chunks are crossfaded.
+A stream is one LiveKit segment. Its text is chunked (a short first chunk, then sentences)
+and spoken as one ``turn.Turn``: continuation requests that keep the voice, pipelined and
+crossfaded. This module only maps that onto livekit-agents' TTS contract.
 """
 
 from __future__ import annotations
@@ -11,10 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import random
 from dataclasses import dataclass, replace
-from typing import AsyncIterable
-
 from livekit.agents import (
     APIConnectionError,
     APIConnectOptions,
@@ -29,10 +25,10 @@ from livekit.agents.utils import is_given
 from .chunking import ChunkerOptions, TextChunker, chunk_text
 from .engine import EngineError, SamplingOptions
 from .log import logger
-from .pipeline import EmptyTextError, Pipeline
-from .profiles import BiCodecProfile, ModelProfile
+from .pipeline import Pipeline
+from .profiles import ModelProfile
 from .settings import env_float, env_int
-from .stitching import ChunkJoiner
+from .turn import Turn, TurnOptions, TurnTimeout
 
 _PIPELINES: dict[str, Pipeline] = {}
 """One pipeline (engine + decode scheduler) per model per process, shared by every TTS."""
@@ -62,6 +58,11 @@ class _TTSOptions:
         return replace(base, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
                        repetition_penalty=self.repetition_penalty,
                        max_tokens=self.max_tokens_per_chunk).validate()
+
+    def turn(self, pipeline: Pipeline, timeout: float) -> TurnOptions:
+        return TurnOptions(voice=self.voice, sampling=self.sampling(pipeline.default_sampling()),
+                           seed=self.seed, chunk_crossfade_ms=self.chunk_crossfade_ms,
+                           max_chunks_in_flight=self.max_chunks_in_flight, timeout=timeout)
 
 
 class TTS(tts.TTS):
@@ -191,120 +192,11 @@ class TTS(tts.TTS):
                 await self._prewarm_task
 
 
-class _Turn:
-    """Speaks the chunks of one turn in order, at most ``in_flight`` generating at once.
-
-    Owns every request it starts: ``aclose`` aborts them all (vLLM requests and pending
-    decode windows) at once.
-    """
-
-    def __init__(self, tts_: TTS, opts: _TTSOptions, timeout: float, mark_started) -> None:
-        self._p = tts_.pipeline
-        self._opts = opts
-        self._timeout = timeout
-        self._mark_started = mark_started
-        self._sampling = opts.sampling(self._p.default_sampling())
-        self.seed = opts.seed if opts.seed is not None else random.getrandbits(31)
-        self.speaker_globals: tuple[int, ...] | None = None
-        self._first_syn = None
-        self._tasks: list[asyncio.Task] = []
-        self._slots = asyncio.Semaphore(opts.max_chunks_in_flight)
-        self.audio_pushed = False
-        self.request_ids: list[str] = []
-
-    async def _prefetch(self, text: str, index: int, out: asyncio.Queue) -> None:
-        """Generate one chunk into ``out`` (int16 arrays, then None)."""
-        try:
-            if index > 0 and isinstance(self._p.profile, BiCodecProfile):
-                await self._await_first_globals()
-            syn = self._p.synthesize(text, voice=self._opts.voice, sampling=self._sampling,
-                                     seed=self.seed, speaker_globals=self.speaker_globals)
-            if index == 0:
-                self._first_syn = syn
-            self.request_ids.append(syn.request_id)
-            self._mark_started()
-            async with contextlib.aclosing(syn.__aiter__()) as chunks:
-                async for chunk in chunks:
-                    if self.speaker_globals is None and syn.speaker_globals is not None:
-                        self.speaker_globals = syn.speaker_globals
-                    if len(chunk.pcm):
-                        out.put_nowait(chunk.pcm)
-            out.put_nowait(None)
-        except EmptyTextError:
-            out.put_nowait(None)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # delivered in order, where the listener reaches this chunk
-            out.put_nowait(e)
-        finally:
-            self._slots.release()
-
-    async def _await_first_globals(self) -> None:
-        while self._first_syn is None:
-            await asyncio.sleep(0.005)
-        first_task = self._tasks[0]
-        waiter = asyncio.ensure_future(self._first_syn.globals_captured.wait())
-        try:
-            await asyncio.wait({waiter, first_task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-        self.speaker_globals = self._first_syn.speaker_globals
-        if self.speaker_globals is None:
-            raise APIError("the first chunk ended before its 32 global tokens were captured")
-
-    async def speak(self, chunks: AsyncIterable[str], push) -> None:
-        """Synthesize ``chunks`` in order and ``push`` int16 audio, crossfading the seams."""
-        order: asyncio.Queue[asyncio.Queue | None] = asyncio.Queue()
-
-        async def schedule() -> None:
-            index = 0
-            async for text in chunks:
-                await self._slots.acquire()
-                q: asyncio.Queue = asyncio.Queue()
-                self._tasks.append(asyncio.create_task(self._prefetch(text, index, q),
-                                                       name=f"veena-chunk-{index}"))
-                order.put_nowait(q)
-                index += 1
-            order.put_nowait(None)
-
-        joiner = ChunkJoiner(int(self._opts.chunk_crossfade_ms * self._p.sample_rate / 1000))
-        scheduler = asyncio.create_task(schedule(), name="veena-turn-schedule")
-        try:
-            while (q := await order.get()) is not None:
-                while True:
-                    try:
-                        item = await asyncio.wait_for(q.get(), self._timeout)
-                    except asyncio.TimeoutError:
-                        raise APITimeoutError(
-                            f"no audio from the engine for {self._timeout:.1f} s") from None
-                    if item is None:
-                        break
-                    if isinstance(item, BaseException):
-                        raise item
-                    pcm = joiner.push(item)
-                    if len(pcm):
-                        push(pcm)
-                        self.audio_pushed = True
-                joiner.end_chunk()
-            tail = joiner.finish()
-            if len(tail):
-                push(tail)
-            await scheduler
-        finally:
-            await self.aclose(scheduler)
-
-    async def aclose(self, *extra: asyncio.Task) -> None:
-        tasks = [t for t in (*self._tasks, *extra) if not t.done()]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-
-
 def _map_error(e: BaseException, audio_pushed: bool) -> APIError:
     if isinstance(e, APIError):
         return e
+    if isinstance(e, TurnTimeout):
+        return APITimeoutError(str(e), retryable=not audio_pushed)
     if isinstance(e, EngineError):
         return APIConnectionError(str(e), retryable=not audio_pushed)
     return APIConnectionError(f"veena synthesis failed: {e!r}", retryable=not audio_pushed)
@@ -328,10 +220,10 @@ class ChunkedStream(tts.ChunkedStream):
             for chunk in chunk_text(self._input_text, self._opts.chunker):
                 yield chunk
 
-        turn = _Turn(self._tts, self._opts, self._conn_options.timeout, lambda: None)
+        turn = Turn(self._tts.pipeline, self._opts.turn(self._tts.pipeline, self._conn_options.timeout))
         try:
             await turn.speak(texts(), lambda pcm: output_emitter.push(pcm.tobytes()))
-        except (asyncio.CancelledError, APIError):
+        except asyncio.CancelledError:
             raise
         except Exception as e:
             raise _map_error(e, turn.audio_pushed) from e
@@ -365,10 +257,11 @@ class SynthesizeStream(tts.SynthesizeStream):
             for piece in chunker.flush():
                 yield piece
 
-        turn = _Turn(self._tts, self._opts, self._conn_options.timeout, self._mark_started)
+        turn = Turn(self._tts.pipeline, self._opts.turn(self._tts.pipeline, self._conn_options.timeout))
+        turn.on_request_started = self._mark_started
         try:
             await turn.speak(texts(), lambda pcm: output_emitter.push(pcm.tobytes()))
-        except (asyncio.CancelledError, APIError):
+        except asyncio.CancelledError:
             raise
         except Exception as e:
             raise _map_error(e, turn.audio_pushed) from e

@@ -1,0 +1,147 @@
+"""One spoken turn: text chunks in, one continuous int16 stream out.
+
+The first chunk is a first request; later chunks are continuations that keep the voice
+(SNAC: the same speaker prompt and seed; BiCodec: the first chunk's captured 32 globals).
+At most ``max_chunks_in_flight`` chunks generate at once, so chunk k+1 generates while chunk
+k plays, and consecutive chunks are joined with a crossfade. The turn owns every request it
+starts: closing it aborts them all. Used by the in-process plugin and by the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from dataclasses import dataclass
+from typing import AsyncIterable, Callable
+
+import numpy as np
+
+from .engine import SamplingOptions
+from .pipeline import EmptyTextError, Pipeline
+from .profiles import BiCodecProfile
+from .stitching import ChunkJoiner
+
+
+class TurnTimeout(TimeoutError):
+    """No audio arrived within the turn's timeout."""
+
+
+class TurnError(RuntimeError):
+    """The turn cannot continue (e.g. the first chunk never produced its globals)."""
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    voice: str
+    sampling: SamplingOptions
+    seed: int | None = None
+    """None: the turn draws one seed and keeps it for all its chunks."""
+    speaker_globals: tuple[int, ...] | None = None
+    """BiCodec: reuse these globals from the first chunk on (e.g. one voice for a call)."""
+    chunk_crossfade_ms: float = 15.0
+    max_chunks_in_flight: int = 2
+    timeout: float = 10.0
+
+
+class Turn:
+    def __init__(self, pipeline: Pipeline, options: TurnOptions) -> None:
+        self._p = pipeline
+        self._opts = options
+        self.seed = options.seed if options.seed is not None else random.getrandbits(31)
+        self.speaker_globals: tuple[int, ...] | None = options.speaker_globals
+        self._first_syn = None
+        self._tasks: list[asyncio.Task] = []
+        self._slots = asyncio.Semaphore(options.max_chunks_in_flight)
+        self.audio_pushed = False
+        self.request_ids: list[str] = []
+        self.on_request_started: Callable[[], None] = lambda: None
+
+    async def _prefetch(self, text: str, index: int, out: asyncio.Queue) -> None:
+        """Generate one chunk into ``out`` (int16 arrays, then None)."""
+        try:
+            if index > 0 and self.speaker_globals is None and isinstance(self._p.profile, BiCodecProfile):
+                await self._await_first_globals()
+            syn = self._p.synthesize(text, voice=self._opts.voice, sampling=self._opts.sampling,
+                                     seed=self.seed, speaker_globals=self.speaker_globals)
+            if index == 0:
+                self._first_syn = syn
+            self.request_ids.append(syn.request_id)
+            self.on_request_started()
+            async with contextlib.aclosing(syn.__aiter__()) as chunks:
+                async for chunk in chunks:
+                    if self.speaker_globals is None and syn.speaker_globals is not None:
+                        self.speaker_globals = syn.speaker_globals
+                    if len(chunk.pcm):
+                        out.put_nowait(chunk.pcm)
+            out.put_nowait(None)
+        except EmptyTextError:
+            out.put_nowait(None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # delivered in order, where the listener reaches this chunk
+            out.put_nowait(e)
+        finally:
+            self._slots.release()
+
+    async def _await_first_globals(self) -> None:
+        while self._first_syn is None:
+            await asyncio.sleep(0.005)
+        first_task = self._tasks[0]
+        waiter = asyncio.ensure_future(self._first_syn.globals_captured.wait())
+        try:
+            await asyncio.wait({waiter, first_task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        self.speaker_globals = self._first_syn.speaker_globals
+        if self.speaker_globals is None:
+            raise TurnError("the first chunk ended before its 32 global tokens were captured")
+
+    async def speak(self, chunks: AsyncIterable[str], push: Callable[[np.ndarray], None]) -> None:
+        """Synthesize ``chunks`` in order and ``push`` int16 audio, crossfading the seams."""
+        order: asyncio.Queue[asyncio.Queue | None] = asyncio.Queue()
+
+        async def schedule() -> None:
+            index = 0
+            async for text in chunks:
+                await self._slots.acquire()
+                q: asyncio.Queue = asyncio.Queue()
+                self._tasks.append(asyncio.create_task(self._prefetch(text, index, q),
+                                                       name=f"veena-chunk-{index}"))
+                order.put_nowait(q)
+                index += 1
+            order.put_nowait(None)
+
+        joiner = ChunkJoiner(int(self._opts.chunk_crossfade_ms * self._p.sample_rate / 1000))
+        scheduler = asyncio.create_task(schedule(), name="veena-turn-schedule")
+        try:
+            while (q := await order.get()) is not None:
+                while True:
+                    try:
+                        item = await asyncio.wait_for(q.get(), self._opts.timeout)
+                    except asyncio.TimeoutError:
+                        raise TurnTimeout(
+                            f"no audio from the engine for {self._opts.timeout:.1f} s") from None
+                    if item is None:
+                        break
+                    if isinstance(item, BaseException):
+                        raise item
+                    pcm = joiner.push(item)
+                    if len(pcm):
+                        push(pcm)
+                        self.audio_pushed = True
+                joiner.end_chunk()
+            tail = joiner.finish()
+            if len(tail):
+                push(tail)
+            await scheduler
+        finally:
+            await self.aclose(scheduler)
+
+    async def aclose(self, *extra: asyncio.Task) -> None:
+        tasks = [t for t in (*self._tasks, *extra) if not t.done()]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
