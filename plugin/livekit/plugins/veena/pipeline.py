@@ -364,11 +364,7 @@ class Pipeline:
         return Synthesis(self, pieces, voice, sampling, seed, rid, globals_)
 
     def default_sampling(self) -> SamplingOptions:
-        d = self.profile.sampling
-        stop = getattr(self.profile, "stop_token_ids", ())
-        return SamplingOptions(temperature=d.temperature, top_p=d.top_p, top_k=d.top_k,
-                               repetition_penalty=d.repetition_penalty, max_tokens=None,
-                               stop_token_ids=tuple(stop))
+        return profile_sampling(self.profile)
 
     def _new_track(self, syn: Synthesis, rid: str):
         if isinstance(self.profile, SnacProfile):
@@ -466,6 +462,15 @@ class Pipeline:
     async def aclose(self) -> None:
         await self.scheduler.aclose()
         await self.engine.aclose()
+
+
+def profile_sampling(profile: ModelProfile) -> SamplingOptions:
+    """The model card's sampling defaults; the token budget is derived per text."""
+    d = profile.sampling
+    stop = getattr(profile, "stop_token_ids", ())
+    return SamplingOptions(temperature=d.temperature, top_p=d.top_p, top_k=d.top_k,
+                           repetition_penalty=d.repetition_penalty, max_tokens=None,
+                           stop_token_ids=tuple(stop))
 
 
 def piece_seed(seed: int, index: int) -> int:

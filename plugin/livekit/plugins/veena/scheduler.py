@@ -51,12 +51,11 @@ class DecodeScheduler:
         self,
         codec: Codec,
         options: SchedulerOptions = SchedulerOptions(),
-        on_batch: Callable[[int, float, float], None] | None = None,
     ) -> None:
         self.codec = codec
         self.options = options
         self.stats = SchedulerStats()
-        self._on_batch = on_batch  # (batch size, mean queue wait s, decode s)
+        self._listeners: list[Callable[[int, float, float], None]] = []
         self._pending: collections.deque[_Job] = collections.deque()
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -78,6 +77,10 @@ class DecodeScheduler:
         assert self._wakeup is not None
         self._wakeup.set()
         return fut
+
+    def add_batch_listener(self, listener: Callable[[int, float, float], None]) -> None:
+        """Called after every batch with (batch size, mean queue wait s, decode s)."""
+        self._listeners.append(listener)
 
     def cancel_request(self, request_id: str) -> int:
         """Drop every pending window of ``request_id``; return how many were dropped."""
@@ -152,8 +155,8 @@ class DecodeScheduler:
             self.stats.batch_sizes[len(batch)] += 1
             self.stats.queue_wait_s_total += wait_mean * len(batch)
             self.stats.decode_s_total += done - started
-            if self._on_batch is not None:
-                self._on_batch(len(batch), wait_mean, done - started)
+            for listener in self._listeners:
+                listener(len(batch), wait_mean, done - started)
             for job, audio in zip(batch, results):
                 if not job.future.done():
                     job.future.set_result(audio)

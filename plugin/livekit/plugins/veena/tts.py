@@ -25,8 +25,9 @@ from livekit.agents.utils import is_given
 from .chunking import ChunkerOptions, TextChunker, chunk_text
 from .engine import EngineError, SamplingOptions
 from .log import logger
-from .pipeline import Pipeline
-from .profiles import ModelProfile
+from .pipeline import Pipeline, profile_sampling
+from .profiles import BiCodecProfile, ModelProfile, SnacProfile, get_profile
+from .remote import FLUSH, RemoteClient
 from .settings import env_float, env_int
 from .turn import Turn, TurnOptions, TurnTimeout
 
@@ -59,6 +60,14 @@ class _TTSOptions:
                        repetition_penalty=self.repetition_penalty,
                        max_tokens=self.max_tokens_per_chunk).validate()
 
+    def remote_message(self) -> dict:
+        """Voice, seed and sampling as the first message of a server context carries them."""
+        sampling = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                    "repetition_penalty": self.repetition_penalty}
+        if self.max_tokens_per_chunk is not None:
+            sampling["max_tokens"] = self.max_tokens_per_chunk
+        return {"voice": self.voice, "seed": self.seed, "sampling": sampling}
+
     def turn(self, pipeline: Pipeline, timeout: float) -> TurnOptions:
         return TurnOptions(voice=self.voice, sampling=self.sampling(pipeline.default_sampling()),
                            seed=self.seed, chunk_crossfade_ms=self.chunk_crossfade_ms,
@@ -71,6 +80,8 @@ class TTS(tts.TTS):
         *,
         model: str | None = None,
         pipeline: Pipeline | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
         profile: str | ModelProfile | None = None,
         voice: NotGivenOr[str] = NOT_GIVEN,
         temperature: NotGivenOr[float] = NOT_GIVEN,
@@ -83,23 +94,38 @@ class TTS(tts.TTS):
         chunk_crossfade_ms: NotGivenOr[float] = NOT_GIVEN,
         max_chunks_in_flight: NotGivenOr[int] = NOT_GIVEN,
     ) -> None:
-        """Speak through an in-process ``pipeline``, or build the shared one for ``model``
-        (a local path or hub id; default ``VEENA_MODEL``). Invalid options raise ValueError."""
-        if pipeline is None:
-            import os
+        """Speak through an in-process ``pipeline``; or build the shared one for ``model``
+        (a local path or hub id; default ``VEENA_MODEL``); or, with ``base_url``
+        (``ws://host:8700``, default ``VEENA_TTS_URL``), through a ``veena-tts serve`` server
+        of model ``profile``. Invalid options raise ValueError."""
+        import os
 
-            model = model or os.environ.get("VEENA_MODEL")
-            if not model:
-                raise ValueError("veena.TTS needs a model path/id (or VEENA_MODEL) or a pipeline")
-            pipeline = shared_pipeline(model, profile)
-        self._pipeline = pipeline
-        prof = pipeline.profile
+        base_url = base_url or (None if model or pipeline else os.environ.get("VEENA_TTS_URL"))
+        self._remote: RemoteClient | None = None
+        self._pipeline: Pipeline | None = None
+        if base_url:
+            prof = (profile if isinstance(profile, (SnacProfile, BiCodecProfile))
+                    else get_profile(profile or "veena"))
+            self._remote = RemoteClient(base_url, api_key or os.environ.get("VEENA_API_KEY"))
+            self._model_name = base_url
+        else:
+            if pipeline is None:
+                model = model or os.environ.get("VEENA_MODEL")
+                if not model:
+                    raise ValueError(
+                        "veena.TTS needs a model path/id (or VEENA_MODEL), a pipeline, "
+                        "or a server base_url (or VEENA_TTS_URL)")
+                pipeline = shared_pipeline(model, profile)
+            self._pipeline = pipeline
+            prof = pipeline.profile
+            self._model_name = pipeline.engine.options.model
+        self._profile = prof
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=True),
             sample_rate=prof.sample_rate,
             num_channels=1,
         )
-        base = pipeline.default_sampling()
+        base = profile_sampling(prof)
         self._opts = _TTSOptions(
             voice=prof.check_voice(voice if is_given(voice) else prof.default_voice),
             temperature=temperature if is_given(temperature) else base.temperature,
@@ -120,7 +146,7 @@ class TTS(tts.TTS):
         self._prewarm_task: asyncio.Task | None = None
 
     def _validate(self, opts: _TTSOptions) -> None:
-        opts.sampling(self._pipeline.default_sampling())
+        opts.sampling(profile_sampling(self._profile))
         if opts.max_chunks_in_flight < 1:
             raise ValueError("max_chunks_in_flight must be >= 1")
         if opts.chunk_crossfade_ms < 0:
@@ -128,7 +154,7 @@ class TTS(tts.TTS):
 
     @property
     def model(self) -> str:
-        return self._pipeline.engine.options.model
+        return self._model_name
 
     @property
     def provider(self) -> str:
@@ -136,7 +162,13 @@ class TTS(tts.TTS):
 
     @property
     def pipeline(self) -> Pipeline:
+        if self._pipeline is None:
+            raise RuntimeError("this TTS speaks through a remote server; it has no pipeline")
         return self._pipeline
+
+    @property
+    def remote(self) -> "RemoteClient | None":
+        return self._remote
 
     def update_options(
         self,
@@ -155,13 +187,17 @@ class TTS(tts.TTS):
             repetition_penalty=repetition_penalty, max_tokens_per_chunk=max_tokens_per_chunk,
             seed=seed).items() if is_given(v)}
         if "voice" in changes:
-            self._pipeline.profile.check_voice(changes["voice"])
+            self._profile.check_voice(changes["voice"])
         opts = dataclasses.replace(self._opts, **changes)
         self._validate(opts)
         self._opts = opts
 
     def prewarm(self) -> None:
-        """Start the engine and warm the codec in the background; never blocks."""
+        """Start the engine and warm the codec (or open a server connection) in the
+        background; never blocks."""
+        if self._remote is not None:
+            self._remote.prewarm()
+            return
         if self._prewarm_task is None or self._prewarm_task.done():
             try:
                 loop = asyncio.get_running_loop()
@@ -186,6 +222,8 @@ class TTS(tts.TTS):
         for stream in list(self._streams):
             await stream.aclose()
         self._streams.clear()
+        if self._remote is not None:
+            await self._remote.aclose()
         if self._prewarm_task is not None:
             self._prewarm_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -216,13 +254,23 @@ class ChunkedStream(tts.ChunkedStream):
             mime_type="audio/pcm", stream=False,
         )
 
+        push = lambda pcm: output_emitter.push(pcm.tobytes())  # noqa: E731
+        if self._tts.remote is not None:
+            async def whole():
+                yield self._input_text
+
+            await self._tts.remote.speak(whole(), self._opts.remote_message(), push,
+                                         self._conn_options.timeout)
+            output_emitter.flush()
+            return
+
         async def texts():
             for chunk in chunk_text(self._input_text, self._opts.chunker):
                 yield chunk
 
         turn = Turn(self._tts.pipeline, self._opts.turn(self._tts.pipeline, self._conn_options.timeout))
         try:
-            await turn.speak(texts(), lambda pcm: output_emitter.push(pcm.tobytes()))
+            await turn.speak(texts(), push)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -245,6 +293,19 @@ class SynthesizeStream(tts.SynthesizeStream):
             mime_type="audio/pcm", stream=True,
         )
         output_emitter.start_segment(segment_id=utils.shortuuid())
+        push = lambda pcm: output_emitter.push(pcm.tobytes())  # noqa: E731
+        if self._tts.remote is not None:
+            async def deltas():
+                async for data in self._input_ch:
+                    yield FLUSH if isinstance(data, self._FlushSentinel) else data
+
+            try:
+                await self._tts.remote.speak(deltas(), self._opts.remote_message(), push,
+                                             self._conn_options.timeout, self._mark_started)
+            finally:
+                self._tts._streams.discard(self)
+            output_emitter.end_segment()
+            return
         chunker = TextChunker(self._opts.chunker)
 
         async def texts():
@@ -260,7 +321,7 @@ class SynthesizeStream(tts.SynthesizeStream):
         turn = Turn(self._tts.pipeline, self._opts.turn(self._tts.pipeline, self._conn_options.timeout))
         turn.on_request_started = self._mark_started
         try:
-            await turn.speak(texts(), lambda pcm: output_emitter.push(pcm.tobytes()))
+            await turn.speak(texts(), push)
         except asyncio.CancelledError:
             raise
         except Exception as e:

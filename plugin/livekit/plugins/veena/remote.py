@@ -1,0 +1,136 @@
+"""The plugin's remote mode: a pooled WebSocket client of ``veena-tts serve``.
+
+Text is chunked and spoken server-side (the same ``Turn`` as in-process). Each stream is one
+context on a pooled socket; messages for other contexts (a cancelled earlier one) are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any, AsyncIterable, Callable
+
+import aiohttp
+import numpy as np
+from livekit.agents import APIConnectionError, APIStatusError, APITimeoutError, utils
+
+from .log import logger
+from .server.protocol import decode_audio
+
+FLUSH = object()
+"""Marker in a remote text stream: speak what is buffered now."""
+
+_CLIENT_ERRORS = {"bad_request", "invalid_globals", "text_too_long", "bad_field", "unknown_type",
+                  "missing_field", "bad_json", "message_too_large", "too_many_contexts",
+                  "context_ended", "unauthorized"}
+
+
+class RemoteClient:
+    def __init__(self, base_url: str, api_key: str | None = None,
+                 max_session_duration: float = 3600.0) -> None:
+        url = base_url.rstrip("/")
+        self.url = url if url.endswith("/v1/stream") else url + "/v1/stream"
+        self._api_key = api_key
+        self._session: aiohttp.ClientSession | None = None
+        self.pool = utils.ConnectionPool[aiohttp.ClientWebSocketResponse](
+            connect_cb=self._connect, close_cb=self._close,
+            max_session_duration=max_session_duration, mark_refreshed_on_get=True,
+        )
+
+    async def _connect(self, timeout: float) -> aiohttp.ClientWebSocketResponse:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        try:
+            return await asyncio.wait_for(
+                self._session.ws_connect(self.url, headers=headers, heartbeat=30), timeout)
+        except aiohttp.WSServerHandshakeError as e:
+            if e.status == 401:
+                raise APIStatusError("veena server rejected the API key", status_code=401,
+                                     retryable=False) from e
+            raise APIConnectionError(f"cannot open {self.url}: {e}") from e
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+            raise APIConnectionError(f"cannot connect to {self.url}: {e!r}") from e
+
+    async def _close(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        await ws.close()
+
+    def prewarm(self) -> None:
+        self.pool.prewarm()
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+        if self._session is not None:
+            await self._session.close()
+
+    async def speak(self, texts: AsyncIterable[Any], first_message: dict[str, Any],
+                    push: Callable[[np.ndarray], None], timeout: float,
+                    on_started: Callable[[], None] = lambda: None) -> None:
+        """Send ``texts`` (strings or FLUSH) as one context and push its audio until done."""
+        cid = utils.shortuuid()
+        async with self.pool.connection(timeout=timeout) as ws:
+            sender = asyncio.create_task(self._send(ws, cid, texts, first_message, on_started))
+            pushed = False
+            try:
+                while True:
+                    try:
+                        msg = await ws.receive(timeout=timeout)
+                    except asyncio.TimeoutError:
+                        raise APITimeoutError(f"no message from the veena server in {timeout} s",
+                                              retryable=not pushed) from None
+                    if msg.type == aiohttp.WSMsgType.BINARY:
+                        ctx, pcm = decode_audio(msg.data)
+                        if ctx == cid and pcm:
+                            push(np.frombuffer(pcm, dtype=np.int16))
+                            pushed = True
+                        continue
+                    if msg.type != aiohttp.WSMsgType.TEXT:
+                        raise APIConnectionError("the veena server closed the connection",
+                                                 retryable=not pushed)
+                    event = json.loads(msg.data)
+                    if event.get("context_id") not in (cid, None):
+                        continue  # a stale context on this pooled socket
+                    kind = event.get("type")
+                    if kind in ("done", "cancelled"):
+                        if sender.done() and sender.exception():
+                            raise sender.exception()
+                        return
+                    if kind == "error":
+                        code, text = event.get("code", ""), event.get("message", "")
+                        if code in _CLIENT_ERRORS:
+                            raise APIStatusError(f"veena server: {code}: {text}", status_code=400,
+                                                 body=event, retryable=False)
+                        raise APIConnectionError(f"veena server: {code}: {text}",
+                                                 retryable=not pushed)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(ws.send_json({"type": "cancel", "context_id": cid}))
+                logger.debug("cancelled remote context", extra={"context_id": cid})
+                raise
+            finally:
+                sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await sender
+
+    @staticmethod
+    async def _send(ws, cid: str, texts: AsyncIterable[Any], first: dict[str, Any],
+                    on_started: Callable[[], None]) -> None:
+        opened = False
+        async for item in texts:
+            if item is FLUSH:
+                if opened:
+                    await ws.send_json({"type": "flush", "context_id": cid})
+                continue
+            if not item:
+                continue
+            msg = {"type": "speak", "context_id": cid, "text": item, "continue": True}
+            if not opened:
+                msg.update(first)
+                opened = True
+                on_started()
+            await ws.send_json(msg)
+        end = {"type": "speak", "context_id": cid, "text": "", "continue": False}
+        if not opened:
+            end.update(first)
+        await ws.send_json(end)

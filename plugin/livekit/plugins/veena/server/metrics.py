@@ -1,0 +1,37 @@
+"""Prometheus metrics of one server process (its own registry, served at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY = (0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.first_audio = Histogram("veena_first_audio_seconds",
+                                     "Time from a context's first text to its first audio",
+                                     buckets=_LATENCY, registry=r)
+        self.rtf = Histogram("veena_real_time_factor", "Wall time per second of audio",
+                             buckets=(0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0), registry=r)
+        self.active_streams = Gauge("veena_active_streams", "Contexts being synthesized",
+                                    registry=r)
+        self.batch_size = Histogram("veena_decode_batch_size", "Windows per codec call",
+                                    buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
+        self.queue_wait = Histogram("veena_decode_queue_wait_seconds",
+                                    "Time a window waited for the codec",
+                                    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+                                    registry=r)
+        self.aborted = Counter("veena_aborted_requests_total",
+                               "Contexts cancelled or abandoned by their client", registry=r)
+        self.finished = Counter("veena_requests_total", "Finished contexts by outcome",
+                                ["outcome"], registry=r)
+
+    def on_batch(self, size: int, wait_s: float, _decode_s: float) -> None:
+        self.batch_size.observe(size)
+        self.queue_wait.observe(wait_s)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,97 @@
+"""The WebSocket protocol, shared by the server and the plugin's remote mode.
+
+Client -> server, JSON text frames, each naming a ``context_id`` (several may share a socket):
+  {"type": "speak", "context_id": "c1", "text": "Hello ", "continue": true,
+   "voice": "kavya", "seed": 7, "sampling": {"temperature": 0.4, ...},
+   "speaker_globals": [32 ints]}          voice/seed/sampling/globals: first message only
+  {"type": "flush", "context_id": "c1"}   speak what is buffered now
+  {"type": "cancel", "context_id": "c1"}
+``continue: false`` ends the context's text. Server -> client: binary frames
+``[1 byte n][n bytes context_id][int16 little-endian PCM]`` and exactly one terminal JSON
+event per context: ``done``, ``cancelled`` or ``error`` (``code``, ``message``). Errors that
+belong to no context carry ``"context_id": null``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "min_tokens")
+
+
+class ProtocolError(ValueError):
+    def __init__(self, code: str, message: str, context_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.context_id = context_id
+
+    def event(self) -> dict[str, Any]:
+        return error_event(self.context_id, self.code, self.message)
+
+
+@dataclass
+class ClientMessage:
+    type: str
+    context_id: str
+    text: str = ""
+    more: bool = True
+    voice: str | None = None
+    seed: int | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
+    speaker_globals: list[int] | None = None
+
+
+def parse_client_message(raw: str) -> ClientMessage:
+    try:
+        msg = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ProtocolError("bad_json", "message is not valid JSON") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError("bad_message", "message must be a JSON object")
+    cid = msg.get("context_id")
+    if not isinstance(cid, str) or not cid or len(cid.encode()) > 255:
+        raise ProtocolError("missing_field", "context_id must be a non-empty string (<= 255 bytes)")
+    kind = msg.get("type")
+    if kind in ("flush", "cancel"):
+        return ClientMessage(kind, cid)
+    if kind != "speak":
+        raise ProtocolError("unknown_type", f"unknown message type {kind!r}", cid)
+    text = msg.get("text", "")
+    if not isinstance(text, str):
+        raise ProtocolError("bad_field", "text must be a string", cid)
+    more = msg.get("continue", False)
+    if not isinstance(more, bool):
+        raise ProtocolError("bad_field", "continue must be true or false", cid)
+    sampling = msg.get("sampling") or {}
+    if not isinstance(sampling, dict) or set(sampling) - set(SAMPLING_FIELDS):
+        raise ProtocolError("bad_field", f"sampling may only set {', '.join(SAMPLING_FIELDS)}", cid)
+    seed = msg.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise ProtocolError("bad_field", "seed must be an integer", cid)
+    globals_ = msg.get("speaker_globals")
+    if globals_ is not None and (not isinstance(globals_, list)
+                                 or not all(isinstance(g, int) for g in globals_)):
+        raise ProtocolError("invalid_globals", "speaker_globals must be a list of integers", cid)
+    voice = msg.get("voice")
+    if voice is not None and not isinstance(voice, str):
+        raise ProtocolError("bad_field", "voice must be a string", cid)
+    return ClientMessage("speak", cid, text, more, voice, seed, sampling, globals_)
+
+
+def encode_audio(context_id: str, pcm: bytes) -> bytes:
+    cid = context_id.encode()
+    return bytes([len(cid)]) + cid + pcm
+
+
+def decode_audio(frame: bytes) -> tuple[str, bytes]:
+    if not frame:
+        raise ProtocolError("bad_audio", "empty binary frame")
+    n = frame[0]
+    return frame[1 : 1 + n].decode(), frame[1 + n :]
+
+
+def error_event(context_id: str | None, code: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "context_id": context_id, "code": code, "message": message}

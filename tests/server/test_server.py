@@ -1,0 +1,199 @@
+"""The server over loopback on the session's tiny model: load, faults, bad input, OpenAI API."""
+
+import asyncio
+import json
+import struct
+
+import aiohttp
+import numpy as np
+import pytest
+from livekit.agents import APIStatusError
+
+from livekit.plugins import veena
+from livekit.plugins.veena.server.protocol import decode_audio
+
+from .conftest import API_KEY
+
+pytestmark = pytest.mark.engine
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+def _ws_url(http: str) -> str:
+    return http.replace("http://", "ws://") + "/v1/stream"
+
+
+async def _settled(pipeline):
+    for _ in range(100):
+        if not pipeline.engine.live_request_ids and pipeline.engine.num_unfinished_requests == 0:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def test_32_concurrent_streams_each_equal_its_solo_run(server_url, pipeline):
+    """4 seeds x 8 streams at once over pooled sockets; each equals its seed's solo run
+    (within 1 LSB: batched convolutions may round the last float bit differently)."""
+    clients = {s: veena.TTS(base_url=_ws_url(server_url), api_key=API_KEY,
+                            max_tokens_per_chunk=35, seed=s) for s in (1, 2, 3, 4)}
+    text = "Concurrency must not mix voices."
+    solo = {s: await t.synthesize(text).collect() for s, t in clients.items()}
+    runs = [(s, clients[s].synthesize(text).collect()) for s in clients for _ in range(8)]
+    frames = await asyncio.gather(*(r for _, r in runs))
+    for (seed, _), frame in zip(runs, frames):
+        got = np.frombuffer(frame.data, dtype=np.int16).astype(np.int32)
+        want = np.frombuffer(solo[seed].data, dtype=np.int16)
+        assert len(got) == len(want) > 0
+        assert np.abs(got - want).max() <= 1
+    assert not np.array_equal(np.frombuffer(solo[1].data, np.int16), np.frombuffer(solo[2].data, np.int16))
+    for t in clients.values():
+        await t.aclose()
+    assert await _settled(pipeline)
+
+
+async def _first_audio(ws, cid):
+    while True:
+        msg = await ws.receive(timeout=60)
+        if msg.type == aiohttp.WSMsgType.BINARY and decode_audio(msg.data)[0] == cid:
+            return
+
+
+async def _metric(session, url, name):
+    async with session.get(url + "/metrics") as r:
+        text = await r.text()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#"))
+
+
+async def test_cancel_and_disconnect_abort_engine_and_decode_work(server_url, pipeline):
+    long = {"type": "speak", "text": "A long answer that will be cut short. " * 4,
+            "continue": False, "sampling": {"max_tokens": 1400}}
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        aborted_before = await _metric(s, server_url, "veena_aborted_requests_total")
+        async with s.ws_connect(_ws_url(server_url)) as ws:
+            await ws.send_json({**long, "context_id": "a"})
+            await _first_audio(ws, "a")
+            await ws.send_json({"type": "cancel", "context_id": "a"})
+            while True:
+                msg = await ws.receive(timeout=10)
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    assert json.loads(msg.data) == {"type": "cancelled", "context_id": "a"}
+                    break
+        assert await _settled(pipeline) and pipeline.scheduler.pending == 0
+        ws = await s.ws_connect(_ws_url(server_url))
+        await ws.send_json({**long, "context_id": "b"})
+        await _first_audio(ws, "b")
+        await ws.close()  # the client just goes away
+        assert await _settled(pipeline) and pipeline.scheduler.pending == 0
+        assert await _metric(s, server_url, "veena_aborted_requests_total") >= aborted_before + 2
+        assert await _metric(s, server_url, "veena_active_streams") == 0
+
+
+@pytest.mark.parametrize("payload,code", [
+    ("{not json", "bad_json"),
+    (json.dumps({"type": "dance", "context_id": "x"}), "unknown_type"),
+    (json.dumps({"type": "speak", "text": "hi"}), "missing_field"),
+    (json.dumps({"type": "speak", "context_id": "v", "text": "hi", "voice": "nobody"}), "bad_request"),
+    (json.dumps({"type": "speak", "context_id": "g", "text": "hi", "speaker_globals": [1, 2]}), "invalid_globals"),
+    (json.dumps({"type": "speak", "context_id": "g2", "text": "hi", "speaker_globals": "x"}), "invalid_globals"),
+    (json.dumps({"type": "speak", "context_id": "s", "text": "hi", "sampling": {"top_p": 0}}), "bad_request"),
+    (json.dumps({"type": "speak", "context_id": "big", "text": "x" * 1_000_000}), "message_too_large"),
+    (json.dumps({"type": "flush", "context_id": "nope"}), "unknown_context"),
+])
+async def test_malformed_input_gets_its_error_and_the_socket_keeps_serving(server_url, payload, code):
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        async with s.ws_connect(_ws_url(server_url), max_msg_size=0) as ws:
+            await ws.send_str(payload)
+            event = json.loads((await ws.receive(timeout=10)).data)
+            assert event["type"] == "error" and event["code"] == code, event
+            await ws.send_bytes(b"\x00\xffgarbage")
+            event = json.loads((await ws.receive(timeout=10)).data)
+            assert event["code"] == "bad_message"
+            await ws.send_json({"type": "speak", "context_id": "ok", "text": "Still here.",
+                                "continue": False, "sampling": {"max_tokens": 35}})
+            audio = 0
+            while True:
+                msg = await ws.receive(timeout=60)
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    audio += len(decode_audio(msg.data)[1])
+                else:
+                    assert json.loads(msg.data)["type"] == "done"
+                    break
+            assert audio == 5 * 2048 * 2
+
+
+async def test_text_limit_per_context(server_url):
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        async with s.ws_connect(_ws_url(server_url)) as ws:
+            for _ in range(2):
+                await ws.send_json({"type": "speak", "context_id": "t", "text": "y" * 12000,
+                                    "continue": True, "sampling": {"max_tokens": 7}})
+            event = None
+            while event is None or event.get("code") != "text_too_long":
+                msg = await ws.receive(timeout=30)
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    event = json.loads(msg.data)
+            await ws.send_json({"type": "cancel", "context_id": "t"})
+
+
+async def test_wrong_api_key_rejected(server_url):
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer wrong"}) as s:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+            await s.ws_connect(_ws_url(server_url))
+        assert info.value.status == 401
+        async with s.post(server_url + "/v1/audio/speech", json={"input": "hi"}) as r:
+            assert r.status == 401 and (await r.json())["error"]["code"] == "unauthorized"
+    t = veena.TTS(base_url=_ws_url(server_url), api_key="wrong")
+    with pytest.raises(APIStatusError):
+        await t.synthesize("hello").collect()
+    await t.aclose()
+
+
+async def test_health_ready_metrics(server_url):
+    async with aiohttp.ClientSession() as s:
+        async with s.get(server_url + "/health") as r:
+            assert r.status == 200
+        async with s.get(server_url + "/ready") as r:
+            body = await r.json()
+            assert r.status == 200 and body["sample_rate"] == 24000
+        async with s.get(server_url + "/metrics") as r:
+            text = await r.text()
+            for name in ("veena_first_audio_seconds", "veena_real_time_factor",
+                         "veena_active_streams", "veena_decode_batch_size",
+                         "veena_decode_queue_wait_seconds", "veena_aborted_requests_total"):
+                assert name in text
+
+
+@pytest.mark.parametrize("fmt,stream", [("wav", False), ("pcm", False), ("wav", True), ("pcm", True)])
+async def test_openai_speech_endpoint(server_url, fmt, stream):
+    body = {"model": "veena", "input": "Hello over HTTP.", "voice": "kavya",
+            "response_format": fmt, "stream": stream}
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        async with s.post(server_url + "/v1/audio/speech", json=body) as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"] == ("audio/wav" if fmt == "wav" else "audio/pcm")
+            if stream:
+                assert r.headers.get("Transfer-Encoding") == "chunked"
+            data = await r.read()
+    pcm = data
+    if fmt == "wav":
+        assert data[:4] == b"RIFF" and data[8:16] == b"WAVEfmt "
+        channels, rate = struct.unpack("<HI", data[22:28])
+        assert (channels, rate) == (1, 24000)
+        size = struct.unpack("<I", data[40:44])[0]
+        pcm = data[44:]
+        if not stream:
+            assert size == len(pcm) and struct.unpack("<I", data[4:8])[0] == 36 + len(pcm)
+    assert len(pcm) > 0 and len(pcm) % 2 == 0
+
+
+@pytest.mark.parametrize("body,code", [({"voice": "kavya"}, "missing_field"),
+                                       ({"input": "hi", "response_format": "mp3"}, "bad_field"),
+                                       ({"input": "  "}, "empty_input"),
+                                       ({"input": "hi", "voice": "nobody"}, "bad_request"),
+                                       ({"input": "z" * 30000}, "text_too_long")])
+async def test_openai_speech_bad_requests(server_url, body, code):
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        async with s.post(server_url + "/v1/audio/speech", json=body) as r:
+            assert r.status == 400 and (await r.json())["error"]["code"] == code
+        async with s.post(server_url + "/v1/audio/speech", data=b"\xff\x00") as r:
+            assert r.status == 400
