@@ -25,8 +25,10 @@ INSTRUCTIONS = os.environ.get(
 
 
 def build_tts() -> veena.TTS:
-    """In-process TTS on VEENA_MODEL (one engine per worker process)."""
+    """The shared server at VEENA_TTS_URL (recommended: one GPU engine for all workers),
+    else an in-process engine on VEENA_MODEL (one per worker process)."""
     return veena.TTS(
+        base_url=os.environ.get("VEENA_TTS_URL") or None,
         model=os.environ.get("VEENA_MODEL") or None,
         voice=os.environ.get("VEENA_VOICE") or NOT_GIVEN,
     )

@@ -22,6 +22,7 @@ def test_components_from_env(agent_module, monkeypatch):
     assert agent_module.build_llm().model == "local-model"
     assert agent_module.build_stt() is not None
     monkeypatch.delenv("VEENA_MODEL", raising=False)
+    monkeypatch.delenv("VEENA_TTS_URL", raising=False)
     with pytest.raises(ValueError, match="VEENA_MODEL"):
         agent_module.build_tts()
 
