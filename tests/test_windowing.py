@@ -31,7 +31,10 @@ def test_first_window_fires_early_and_steady_windows_share_a_shape():
     assert planner.add(3) == []
     (first,) = planner.add(1)  # 2 new + 2 right context
     assert (first.start, first.end, first.keep_start, first.keep_end) == (0, 4, 0, 2)
-    steady = planner.add(40)
+    later = planner.add(40)
+    # sizes double while little audio is buffered, then stay at the steady size
+    assert [w.keep_end - w.keep_start for w in later[:4]] == [2, 4, 8, 8]
+    steady = [w for w in later if w.keep_start >= opts.new]
     assert steady and all(w.steps == opts.left + opts.new + opts.right for w in steady)
 
 

@@ -34,6 +34,8 @@ class EngineOptions:
     seed: int = 0
     tensor_parallel_size: int = 1
     max_num_seqs: int = 64
+    load_format: str = "auto"
+    """"dummy" gives random weights without reading any (benchmarks at real model size)."""
 
     @classmethod
     def from_env(cls, model: str | None = None, **overrides) -> "EngineOptions":
@@ -52,6 +54,7 @@ class EngineOptions:
             seed=env_int("VEENA_ENGINE_SEED", cls.seed),
             tensor_parallel_size=env_int("VEENA_TENSOR_PARALLEL_SIZE", cls.tensor_parallel_size),
             max_num_seqs=env_int("VEENA_MAX_NUM_SEQS", cls.max_num_seqs),
+            load_format=env_str("VEENA_LOAD_FORMAT", cls.load_format),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -175,6 +178,7 @@ class VllmEngine:
             seed=opts.seed,
             tensor_parallel_size=opts.tensor_parallel_size,
             max_num_seqs=opts.max_num_seqs,
+            load_format=opts.load_format,
             disable_log_stats=True,
         )
         llm = AsyncLLM.from_engine_args(args)

@@ -2,8 +2,10 @@
 
 Each window decodes ``new`` steps plus ``left`` steps of context before and ``right`` after,
 and keeps only the new steps' samples. The first window fires as soon as ``first`` new steps
-and their right context exist (first audio fast); later windows use the steady ``new``, so
-they share one shape and batch together. At the end of the stream the last window runs with
+and their right context exist (first audio fast). Window sizes then double (never more than
+the audio already delivered, so the listener's buffer covers the wait for the next window
+when tokens come at least twice real time) up to the steady ``new``; steady windows share
+one shape and batch together. At the end of the stream the last window runs with
 whatever right context there is, which matches a one-pass decode there.
 """
 
@@ -63,7 +65,7 @@ class WindowPlanner:
     def _plan(self, *, final: bool) -> list[Window]:
         o, out = self.options, []
         while True:
-            size = o.first if self.kept == 0 else o.new
+            size = o.first if self.kept == 0 else min(o.new, max(o.first, self.kept))
             if self.available >= self.kept + size + o.right:
                 end = self.kept + size + o.right
                 keep_end = self.kept + size

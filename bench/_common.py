@@ -1,0 +1,35 @@
+"""Shared by the benchmarks: a table on the log, the same numbers as JSON in bench/results/."""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import time
+from pathlib import Path
+
+logger = logging.getLogger("bench")
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def setup() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("vllm", "transformers", "torch", "livekit"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def report(name: str, rows: list[dict], notes: dict | None = None) -> Path:
+    """Log ``rows`` as a table and write them (with machine facts) to results/NAME.json."""
+    cols = list(rows[0]) if rows else []
+    fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
+    widths = [max(len(c), *(len(fmt(r[c])) for r in rows)) for c in cols]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(fmt(r[c]).ljust(w) for c, w in zip(cols, widths)) for r in rows]
+    logger.info("\n== %s ==\n%s", name, "\n".join(lines))
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"benchmark": name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                "machine": platform.platform(), "processor": platform.processor(),
+                                "notes": notes or {}, "rows": rows}, indent=2))
+    return path
