@@ -47,7 +47,7 @@ def ours(codec, frames, seed, opts):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--frames", type=int, default=60)
+    ap.add_argument("--frames", type=int, default=120)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     setup()

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Every CPU benchmark in one go; each prints a table and writes bench/results/NAME.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+export PYTHONPATH="$PWD/bench"
+for b in snac_decode parser scheduler e2e; do
+  .venv/bin/python "bench/$b.py"
+done
+PYTHON=.venv/bin/python bash bench/gpu.sh --small

@@ -1,0 +1,54 @@
+"""The benchmarks run (small sizes) and their JSON says what the README claims."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+def _run(*argv, timeout=300):
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'bench'}:{ROOT / 'plugin'}", PYTHON=sys.executable)
+    subprocess.run(list(argv), cwd=ROOT, env=env, check=True, timeout=timeout,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _rows(name):
+    return json.loads((RESULTS / f"{name}.json").read_text())["rows"]
+
+
+def test_snac_decode_bench():
+    _run(sys.executable, "bench/snac_decode.py", "--frames", "16")
+    classic, ours, _ = _rows("snac_decode")
+    assert classic["decoded_per_kept"] == pytest.approx(4.0)
+    # 16 frames are mostly the ramp (2, 2, 4, 8 new frames); steady windows cost 1.5x
+    assert ours["decoded_per_kept"] <= 1.75 + 1e-9
+    assert ours["rel_rms_err"] < classic["rel_rms_err"]
+
+
+def test_parser_bench():
+    _run(sys.executable, "bench/parser.py", "--sizes", "700")
+    assert _rows("parser")[0]["speedup"] > 10
+
+
+def test_gpu_script_runs_on_cpu():
+    _run("bash", "bench/gpu.sh", "--small", "--budget-s", "60", timeout=400)
+    rows = _rows("gpu_cpu_small")
+    assert rows and rows[0]["streams"] == 1 and rows[0]["first_audio_p50_ms"] > 0
+
+
+def test_gpu_model_config_is_llama_3b_shaped(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_bench import write_3b_config
+    from transformers import AutoConfig, AutoTokenizer
+
+    write_3b_config(tmp_path)
+    cfg = AutoConfig.from_pretrained(tmp_path)
+    params = cfg.num_hidden_layers * (4 * cfg.hidden_size**2 * 0.625 + 3 * cfg.hidden_size * cfg.intermediate_size)
+    assert 2.5e9 < params + cfg.vocab_size * cfg.hidden_size < 4e9
+    assert AutoTokenizer.from_pretrained(tmp_path).convert_ids_to_tokens(128266) == "<custom_token_10>"
