@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import tempfile
 import time
 
 import numpy as np

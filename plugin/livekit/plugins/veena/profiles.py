@@ -25,8 +25,23 @@ class SamplingDefaults:
     repetition_penalty: float = 1.05
 
 
+class _Voices:
+    """Voice checking shared by every profile (each has ``name`` and ``voices``)."""
+
+    name: str
+    voices: tuple[str, ...]
+
+    def check_voice(self, voice: str) -> str:
+        if voice not in self.voices:
+            raise ValueError(
+                f"unknown voice {voice!r} for model profile {self.name!r}; "
+                f"valid voices: {', '.join(self.voices)}"
+            )
+        return voice
+
+
 @dataclass(frozen=True)
-class SnacProfile:
+class SnacProfile(_Voices):
     """An Orpheus-style model: a Llama that speaks SNAC 24 kHz codes, 7 tokens per frame.
 
     The prompt is ``prefix_ids + encode(prompt_template) + suffix_ids``; generated ids
@@ -59,14 +74,6 @@ class SnacProfile:
         """One past the highest audio token id."""
         return self.audio_token_base + self.tokens_per_frame * self.codebook_size
 
-    def check_voice(self, voice: str) -> str:
-        if voice not in self.voices:
-            raise ValueError(
-                f"unknown voice {voice!r} for model profile {self.name!r}; "
-                f"valid voices: {', '.join(self.voices)}"
-            )
-        return voice
-
     def build_prompt(self, tokenizer: TokenizerLike, text: str, voice: str) -> list[int]:
         words = self.prompt_template.format(voice=self.check_voice(voice), text=text)
         ids = tokenizer.encode(words, add_special_tokens=self.add_bos)
@@ -74,7 +81,7 @@ class SnacProfile:
 
 
 @dataclass(frozen=True)
-class BiCodecProfile:
+class BiCodecProfile(_Voices):
     """A Spark-TTS-style model: 32 global speaker tokens, then 50 Hz BiCodec semantic tokens.
 
     A first request is prompted with the speaker and generates the globals itself; a
@@ -102,14 +109,6 @@ class BiCodecProfile:
     tokens_per_second: float = 50.0
     sampling: SamplingDefaults = SamplingDefaults(temperature=0.8, top_p=0.95, top_k=50)
     licence: str = ""
-
-    def check_voice(self, voice: str) -> str:
-        if voice not in self.voices:
-            raise ValueError(
-                f"unknown voice {voice!r} for model profile {self.name!r}; "
-                f"valid voices: {', '.join(self.voices)}"
-            )
-        return voice
 
     def check_globals(self, global_ids: Sequence[int]) -> tuple[int, ...]:
         ids = tuple(int(g) for g in global_ids)

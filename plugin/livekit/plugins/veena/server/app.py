@@ -66,6 +66,14 @@ def _json_error(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error": {"code": code, "message": message}}, status=status)
 
 
+@web.middleware
+async def _require_api_key(request: web.Request, handler):
+    """Every /v1/ route needs the API key when one is configured; health and metrics do not."""
+    if request.path.startswith("/v1/") and not _authorized(request, request.app[OPTIONS_KEY].api_key):
+        return _json_error(401, "unauthorized", "missing or wrong API key")
+    return await handler(request)
+
+
 def _turn_options(pipeline: Pipeline, opts: ServerOptions, voice: str | None,
                   sampling: dict[str, Any], seed: int | None,
                   speaker_globals: list[int] | None) -> TurnOptions:
@@ -169,8 +177,6 @@ class _Context:
 
 async def _websocket(request: web.Request) -> web.StreamResponse:
     opts: ServerOptions = request.app[OPTIONS_KEY]
-    if not _authorized(request, opts.api_key):
-        return _json_error(401, "unauthorized", "missing or wrong API key")
     pipeline = request.app[PIPELINE_KEY]
     metrics = request.app[METRICS_KEY]
     ws = web.WebSocketResponse(max_msg_size=max(4 * opts.max_message_bytes, 4 << 20),
@@ -267,8 +273,6 @@ def _wav_header(sample_rate: int, data_bytes: int = 0xFFFFFFFF - 36) -> bytes:
 async def _speech(request: web.Request) -> web.StreamResponse:
     """OpenAI-compatible ``POST /v1/audio/speech``."""
     opts: ServerOptions = request.app[OPTIONS_KEY]
-    if not _authorized(request, opts.api_key):
-        return _json_error(401, "unauthorized", "missing or wrong API key")
     pipeline = request.app[PIPELINE_KEY]
     metrics = request.app[METRICS_KEY]
     try:
@@ -379,7 +383,7 @@ async def _metrics(request: web.Request) -> web.Response:
 def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
                own_pipeline: bool = True) -> web.Application:
     """The server app; with ``own_pipeline`` it starts the pipeline and closes it at exit."""
-    app = web.Application(client_max_size=1 << 20)
+    app = web.Application(client_max_size=1 << 20, middlewares=[_require_api_key])
     app[PIPELINE_KEY] = pipeline
     app[OPTIONS_KEY] = options or ServerOptions.from_env()
     metrics = ServerMetrics()
