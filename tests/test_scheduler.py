@@ -79,3 +79,26 @@ async def test_cancelling_the_awaiting_task_drops_its_window():
     await asyncio.sleep(0.05)
     assert (2, 0) not in codec.seen
     await s.aclose()
+
+
+async def test_torch_decode_never_blocks_the_event_loop(snac_codec):
+    """A one-second SNAC decode runs on the worker thread; the loop keeps ticking."""
+    s = DecodeScheduler(snac_codec, SchedulerOptions(max_batch=1, max_wait_ms=0))
+    gaps, done = [], asyncio.Event()
+
+    async def ticker():
+        last = asyncio.get_running_loop().time()
+        while not done.is_set():
+            await asyncio.sleep(0.01)
+            now = asyncio.get_running_loop().time()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    codes = np.random.default_rng(0).integers(0, 4096, (30, 7))
+    audio = await s.submit("big", CodecInput(codes, 0, 1))
+    done.set()
+    await tick
+    assert len(audio) == 30 * 2048
+    assert len(gaps) > 10 and max(gaps) < 0.1, max(gaps)
+    await s.aclose()
