@@ -115,3 +115,25 @@ async def test_engine_failure_is_api_connection_error(snac_codec, monkeypatch):
             pass
     assert info.value.retryable  # no audio was pushed yet
     await stream.aclose()
+
+
+async def test_no_audio_within_conn_timeout_is_api_timeout_error(pipeline):
+    from livekit.agents import APITimeoutError
+
+    tts_ = veena.TTS(pipeline=pipeline, max_tokens_per_chunk=70)
+    stream = tts_.stream(conn_options=APIConnectOptions(max_retry=0, timeout=0.001))
+    stream.push_text("Too slow for a one millisecond budget.")
+    stream.end_input()
+    with pytest.raises(APITimeoutError):
+        async for _ in stream:
+            pass
+    await stream.aclose()
+    assert await _no_live(pipeline)
+
+
+async def _no_live(pipeline):
+    for _ in range(100):
+        if not pipeline.engine.live_request_ids and pipeline.engine.num_unfinished_requests == 0:
+            return True
+        await asyncio.sleep(0.02)
+    return False

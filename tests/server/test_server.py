@@ -200,3 +200,27 @@ async def test_openai_speech_bad_requests(server_url, body, code):
             assert r.status == 400 and (await r.json())["error"]["code"] == code
         async with s.post(server_url + "/v1/audio/speech", data=b"\xff\x00") as r:
             assert r.status == 400
+
+
+async def test_several_contexts_share_one_socket_and_the_context_limit_holds(server_url):
+    """Fixture limit: 4 contexts per connection. Four run at once on one socket, each gets
+    its own audio and exactly one terminal event; a fifth while they run is refused."""
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        async with s.ws_connect(_ws_url(server_url)) as ws:
+            for cid in "abcd":
+                await ws.send_json({"type": "speak", "context_id": cid, "text": f"Context {cid}.",
+                                    "continue": False, "sampling": {"max_tokens": 70}, "seed": 5})
+            await ws.send_json({"type": "speak", "context_id": "e", "text": "One too many."})
+            audio = {cid: 0 for cid in "abcd"}
+            terminal: dict[str, list] = {cid: [] for cid in "abcde"}
+            while sum(map(len, terminal.values())) < 5:
+                msg = await ws.receive(timeout=60)
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    cid, pcm = decode_audio(msg.data)
+                    audio[cid] += len(pcm)
+                else:
+                    ev = json.loads(msg.data)
+                    terminal[ev["context_id"]].append(ev)
+            assert all(audio[c] == 10 * 2048 * 2 for c in "abcd")
+            assert all([e["type"] for e in terminal[c]] == ["done"] for c in "abcd")
+            assert terminal["e"][0]["code"] == "too_many_contexts"
