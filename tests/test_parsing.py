@@ -35,3 +35,60 @@ def test_stop_token_ends_parsing():
     framer = SnacFramer(VEENA, TokenTable.for_snac(VEENA))
     frames = framer.feed(_frame_ids(range(7)) + [VEENA.stop_token_ids[0]] + _frame_ids(range(7)))
     assert len(frames) == 1 and framer.stats.stopped
+
+
+# --- BiCodec side (the continuation interface; the decoder lands with its own issue) ---
+
+from livekit.plugins.veena.parsing import KIND_GLOBAL, KIND_SEMANTIC, BiCodecFramer  # noqa: E402
+from livekit.plugins.veena.profiles import VEENA3  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def _spark_vocab():
+    vocab = {"<|end_semantic_token|>": 0, "hello": 1}
+    vocab.update({f"<|bicodec_global_{i}|>": 10 + i for i in range(4096)})
+    vocab.update({f"<|bicodec_semantic_{i}|>": 5000 + i for i in range(8192)})
+    return vocab
+
+
+def test_bicodec_table_from_vocabulary():
+    t = TokenTable.for_bicodec(VEENA3, _spark_vocab())
+    assert t.kind[10 + 7] == KIND_GLOBAL and t.value[10 + 7] == 7
+    assert t.kind[5000 + 8191] == KIND_SEMANTIC and t.value[5000 + 8191] == 8191
+    assert t.kind[0] == KIND_STOP and t.kind[1] == 0
+    with pytest.raises(ValueError, match="bicodec"):
+        TokenTable.for_bicodec(VEENA3, {"hello": 0})
+
+
+def test_bicodec_framer_captures_exactly_32_globals_then_semantics():
+    t = TokenTable.for_bicodec(VEENA3, _spark_vocab())
+    f = BiCodecFramer(VEENA3, t, "turn-1")
+    ids = [10 + g for g in range(40)] + [5000 + s for s in (3, 4, 5)] + [0, 5000 + 9]
+    assert f.feed(ids[:20]) == [] and not f.has_globals
+    assert f.feed(ids[20:]) == [3, 4, 5]
+    assert f.globals_ == list(range(32)) and f.extra_globals == 8 and f.stats.stopped
+
+
+def test_bicodec_continuation_reuses_given_globals():
+    t = TokenTable.for_bicodec(VEENA3, _spark_vocab())
+    f = BiCodecFramer(VEENA3, t, captured_globals=range(100, 132))
+    assert f.has_globals and f.feed([5000 + 1, 5000 + 2]) == [1, 2]
+
+
+@pytest.mark.parametrize("bad", [list(range(31)), list(range(33)), [4096] * 32, [-1] * 32])
+def test_continuation_globals_validated(bad):
+    with pytest.raises(ValueError):
+        VEENA3.check_globals(bad)
+
+
+def test_continuation_prompt_prefills_the_globals():
+    class Tok:
+        def encode(self, text, add_special_tokens=False):
+            self.text = text
+            return [len(text)]
+
+    tok = Tok()
+    VEENA3.build_prompt(tok, "नमस्ते।", "kavya", list(range(32)))
+    assert tok.text.count("<|bicodec_global_") == 32
+    assert tok.text.endswith("<|end_global_token|><|start_semantic_token|>")

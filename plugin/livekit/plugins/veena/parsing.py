@@ -69,11 +69,6 @@ class TokenTable:
             )
         return cls(kind, value)
 
-    def ids_of(self, kind: int) -> dict[int, int]:
-        """value -> id for every token of ``kind`` (e.g. to build prompts from captured ids)."""
-        ids = np.flatnonzero(self.kind == kind)
-        return {int(self.value[i]): int(i) for i in ids}
-
 
 def _format_regex(fmt: str) -> re.Pattern[str]:
     head, tail = fmt.split("{}")

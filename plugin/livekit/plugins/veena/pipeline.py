@@ -39,6 +39,10 @@ class EmptyTextError(ValueError):
     """Nothing to speak: empty or whitespace-only text."""
 
 
+class BiCodecUnavailable(NotImplementedError):
+    """BiCodec (Spark-TTS / Veena3) decoding is not part of this release yet."""
+
+
 @dataclass(frozen=True)
 class PipelineOptions:
     """Decode-side tunables; ``from_env`` reads each from its ``VEENA_*`` variable."""
@@ -490,6 +494,6 @@ def load_codec(profile: ModelProfile, codec_model: str, device: str) -> Codec:
         from .codecs.snac import SnacCodec
 
         return SnacCodec.load(codec_model, device=device, position_levels=profile.position_levels)
-    from .codecs.bicodec import BiCodecCodec
-
-    return BiCodecCodec.load(codec_model, device=device)
+    raise BiCodecUnavailable(
+        f"model profile {profile.name!r} needs the BiCodec decoder, which this release does not "
+        "ship yet; SNAC profiles (veena, orpheus) are served")

@@ -161,10 +161,7 @@ def make_tiny_model(out_dir: str | Path, profile: str | ModelProfile = "veena", 
         _make_snac_model(prof, out, seed)
         codec_dir = "snac"
     elif isinstance(prof, BiCodecProfile):
-        from .tiny_bicodec import make_bicodec_model
-
-        make_bicodec_model(prof, out, seed)
-        codec_dir = "BiCodec"
+        raise NotImplementedError("tiny BiCodec (Spark-layout) models come with the BiCodec decoder")
     else:  # pragma: no cover - profiles are a closed union
         raise TypeError(type(prof))
     manifest = {"profile": prof.name, "codec_model": codec_dir, "random_weights": True}
