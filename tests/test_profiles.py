@@ -2,7 +2,6 @@
 
 import pytest
 
-from livekit.plugins.veena.pipeline import BiCodecUnavailable, load_codec
 from livekit.plugins.veena.profiles import ORPHEUS, VEENA, VEENA3, get_profile, with_overrides
 
 
@@ -30,8 +29,3 @@ def test_overrides_and_lookup():
     assert get_profile("veena3") is VEENA3 and len(VEENA3.voices) == 12
     with pytest.raises(ValueError, match="known profiles: veena, orpheus, veena3"):
         get_profile("nope")
-
-
-def test_bicodec_decoder_absence_is_a_clear_error():
-    with pytest.raises(BiCodecUnavailable, match="veena3"):
-        load_codec(VEENA3, "BiCodec", "cpu")

@@ -39,9 +39,6 @@ class EmptyTextError(ValueError):
     """Nothing to speak: empty or whitespace-only text."""
 
 
-class BiCodecUnavailable(NotImplementedError):
-    """BiCodec (Spark-TTS / Veena3) decoding is not part of this release yet."""
-
 
 @dataclass(frozen=True)
 class PipelineOptions:
@@ -494,6 +491,6 @@ def load_codec(profile: ModelProfile, codec_model: str, device: str) -> Codec:
         from .codecs.snac import SnacCodec
 
         return SnacCodec.load(codec_model, device=device, position_levels=profile.position_levels)
-    raise BiCodecUnavailable(
-        f"model profile {profile.name!r} needs the BiCodec decoder, which this release does not "
-        "ship yet; SNAC profiles (veena, orpheus) are served")
+    from .codecs.bicodec import BiCodecCodec
+
+    return BiCodecCodec.load(codec_model, device=device)

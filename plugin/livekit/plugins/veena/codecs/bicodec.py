@@ -1,0 +1,85 @@
+"""BiCodec (Spark-TTS) as a codec of the pipeline: windows of semantic tokens plus the
+utterance's 32 globals -> 16 kHz PCM. Deterministic (no noise), so a window decodes the same
+alone or batched."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .base import CodecInput
+from .bicodec_model import DEFAULT_CONFIG, BiCodecDecoder
+
+logger = logging.getLogger(__name__)
+
+_DECODE_PREFIXES = ("quantizer.", "speaker_encoder.quantizer.", "speaker_encoder.project.",
+                    "prenet.", "decoder.")
+
+
+def _decode_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Keep the decode-side tensors; map old-style weight-norm names onto parametrizations."""
+    out = {}
+    for key, value in state.items():
+        if not key.startswith(_DECODE_PREFIXES) or "speaker_encoder.speaker_encoder." in key:
+            continue
+        key = key.replace(".weight_g", ".parametrizations.weight.original0")
+        key = key.replace(".weight_v", ".parametrizations.weight.original1")
+        out[key] = value
+    return out
+
+
+class BiCodecCodec:
+    name = "bicodec"
+    sample_rate = 16000
+    samples_per_step = 320
+
+    def __init__(self, model: BiCodecDecoder, *, device: str = "cpu") -> None:
+        self.model = model.to(device).eval().float()
+        self.device = torch.device(device)
+        self.samples_per_step = model.decoder.hop
+
+    @classmethod
+    def load(cls, model_dir: str, *, device: str = "cpu") -> "BiCodecCodec":
+        """Load the official layout: ``model_dir/config.yaml`` + ``model_dir/model.safetensors``
+        (``BiCodec/`` inside a Spark-TTS checkpoint; a hub id is downloaded first)."""
+        import yaml
+        from safetensors.torch import load_file
+
+        path = Path(model_dir)
+        if not path.is_dir():
+            from huggingface_hub import snapshot_download
+
+            repo, _, sub = model_dir.partition(":")
+            path = Path(snapshot_download(repo, allow_patterns=[f"{sub or 'BiCodec'}/*"])) / (sub or "BiCodec")
+        config = yaml.safe_load((path / "config.yaml").read_text())
+        config = config.get("audio_tokenizer", config)
+        model = BiCodecDecoder({k: config[k] for k in DEFAULT_CONFIG if k in config})
+        missing, _ = model.load_state_dict(_decode_state(load_file(str(path / "model.safetensors"))),
+                                           strict=False)
+        if missing:
+            raise ValueError(f"BiCodec checkpoint {path} lacks decoder tensors: {missing[:5]}")
+        logger.info("loaded BiCodec decoder", extra={"codec_model": str(path), "device": device})
+        return cls(model, device=device)
+
+    @classmethod
+    def random(cls, *, seed: int = 0, device: str = "cpu", config: dict | None = None) -> "BiCodecCodec":
+        torch.manual_seed(seed)
+        return cls(BiCodecDecoder(config), device=device)
+
+    @torch.inference_mode()
+    def decode(self, batch: Sequence[CodecInput]) -> list[np.ndarray]:
+        if not batch:
+            return []
+        semantic = torch.from_numpy(np.stack([np.asarray(b.codes) for b in batch]).astype(np.int64))
+        speaker = torch.from_numpy(np.stack([np.asarray(b.speaker) for b in batch]).astype(np.int64))
+        audio = self.model.detokenize(semantic.to(self.device), speaker.to(self.device))
+        audio = audio[:, 0, :].float().cpu().numpy()
+        return [audio[i] for i in range(len(batch))]
+
+    def warmup(self) -> None:
+        self.decode([CodecInput(codes=np.zeros(10, np.int64), start_step=0, seed=0,
+                                speaker=np.zeros(32, np.int64))])
