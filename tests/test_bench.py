@@ -36,6 +36,16 @@ def test_parser_bench():
     assert _rows("parser")[0]["speedup"] > 10
 
 
+def test_bicodec_stream_bench():
+    _run(sys.executable, "bench/bicodec_stream.py", "--seconds", "2,4,8",
+         "--measure-up-to", "120", "--check-seconds", "1")
+    rows = _rows("bicodec_stream")
+    ratios = [r["work_ratio"] for r in rows]
+    assert ratios == sorted(ratios) and ratios[-1] > ratios[0]  # the reference is quadratic
+    per_second = [r["our_decoded_tokens"] / r["audio_s"] for r in rows]
+    assert max(per_second) / min(per_second) < 1.5  # ours is linear
+
+
 def test_gpu_script_runs_on_cpu():
     _run("bash", "bench/gpu.sh", "--small", "--budget-s", "60", timeout=400)
     rows = _rows("gpu_cpu_small")
