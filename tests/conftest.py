@@ -39,3 +39,21 @@ async def pipeline(tiny_model_dir):
     await p.start()
     yield p
     await p.aclose()
+
+
+@pytest.fixture(scope="session")
+def tiny_spark_dir(tmp_path_factory) -> str:
+    return str(make_tiny_model(tmp_path_factory.mktemp("tiny-veena3"), "veena3", seed=0))
+
+
+@pytest.fixture(scope="session")
+async def spark_pipeline(tiny_spark_dir):
+    """A second engine: a tiny random Spark/Veena3-layout model with a random BiCodec."""
+    p = Pipeline.from_model(
+        tiny_spark_dir,
+        engine_options=EngineOptions(model=tiny_spark_dir, gpu_memory_utilization=0.3,
+                                     enforce_eager=True, max_model_len=2048, max_num_seqs=8),
+    )
+    await p.start()
+    yield p
+    await p.aclose()

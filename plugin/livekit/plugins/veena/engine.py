@@ -73,6 +73,8 @@ class SamplingOptions:
     min_tokens: int = 0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    allowed_token_ids: tuple[int, ...] | None = None
+    """Restrict generation to these ids (BiCodec: globals, then semantic tokens only)."""
 
     def validate(self) -> "SamplingOptions":
         problems = []
@@ -107,6 +109,7 @@ class SamplingOptions:
             min_tokens=self.min_tokens,
             seed=self.seed,
             stop_token_ids=list(self.stop_token_ids),
+            allowed_token_ids=list(self.allowed_token_ids) if self.allowed_token_ids else None,
             detokenize=False,
             skip_special_tokens=False,
             output_kind=RequestOutputKind.DELTA,

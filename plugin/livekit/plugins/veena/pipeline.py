@@ -23,8 +23,8 @@ import numpy as np
 
 from .chunking import ChunkerOptions, chunk_text
 from .codecs.base import Codec, CodecInput
-from .engine import EngineOptions, SamplingOptions, VllmEngine
-from .parsing import BiCodecFramer, SnacFramer, TokenTable
+from .engine import EngineError, EngineOptions, SamplingOptions, VllmEngine
+from .parsing import KIND_GLOBAL, KIND_SEMANTIC, KIND_STOP, BiCodecFramer, SnacFramer, TokenTable
 from .profiles import BiCodecProfile, ModelProfile, SnacProfile, get_profile
 from .scheduler import DecodeScheduler, SchedulerOptions
 from .settings import env_float, env_int, env_str
@@ -98,6 +98,7 @@ class Timings:
 
     created: float = field(default_factory=time.perf_counter)
     first_token: float | None = None
+    last_token: float | None = None
     first_window_ready: float | None = None
     first_decode_done: float | None = None
     first_audio: float | None = None
@@ -382,22 +383,29 @@ class Pipeline:
         s = syn.sampling
         budget = self._token_budget(text, prompt_len)
         max_tokens = budget if s.max_tokens is None else min(s.max_tokens, budget)
-        stop = s.stop_token_ids
-        if isinstance(self.profile, BiCodecProfile) and not stop:
-            stop = tuple(int(i) for i in np.flatnonzero(self.table.kind == 4))
-        return replace(s, max_tokens=max_tokens, min_tokens=min(s.min_tokens, max_tokens),
-                       stop_token_ids=stop)
+        s = replace(s, max_tokens=max_tokens, min_tokens=min(s.min_tokens, max_tokens))
+        if isinstance(self.profile, BiCodecProfile):
+            stop = tuple(int(i) for i in np.flatnonzero(self.table.kind == KIND_STOP))
+            semantic = tuple(int(i) for i in np.flatnonzero(self.table.kind == KIND_SEMANTIC))
+            s = replace(s, stop_token_ids=s.stop_token_ids or stop,
+                        allowed_token_ids=semantic + stop)
+        return s
+
+    def _globals_sampling(self, syn: Synthesis) -> SamplingOptions:
+        """A first BiCodec request: exactly the 32 global tokens, nothing else."""
+        assert isinstance(self.profile, BiCodecProfile)
+        n = self.profile.num_global_tokens
+        globals_ = tuple(int(i) for i in np.flatnonzero(self.table.kind == KIND_GLOBAL))
+        return replace(syn.sampling, max_tokens=n, min_tokens=n, stop_token_ids=(),
+                       allowed_token_ids=globals_)
 
     async def _stream_piece(self, syn: Synthesis, text: str, index: int
                             ) -> AsyncIterator[tuple[np.ndarray, bool]]:
         """Yield (float samples, done) for one engine request over ``text``."""
         await self.start()
         rid = syn.request_id if index == 0 else f"{syn.request_id}.{index}"
-        syn.vllm_request_ids.append(rid)
         track = self._new_track(syn, rid)
         syn.tracks.append(track)
-        prompt = self._prompt(syn, text)
-        sampling = self._sampling_for(syn, text, len(prompt))
         planner = WindowPlanner(self.window)
         stitcher = Stitcher(self.codec.samples_per_step,
                             int(self.options.crossfade_ms * self.sample_rate / 1000))
@@ -411,22 +419,33 @@ class Pipeline:
                     timings.first_window_ready = time.perf_counter()
                 queue.put_nowait((w, self.scheduler.submit(rid, track.window_input(w, seed))))
 
+        async def generate(prompt: list[int], sampling: SamplingOptions, request_id: str) -> None:
+            syn.vllm_request_ids.append(request_id)
+            gen = self.engine.generate(prompt, sampling, request_id)
+            async with contextlib.aclosing(gen):
+                async for ids in gen:
+                    if timings.first_token is None:
+                        timings.first_token = time.perf_counter()
+                    timings.tokens += len(ids)
+                    timings.last_token = time.perf_counter()
+                    new = track.feed(ids)
+                    if syn.speaker_globals is None and track.speaker_globals is not None:
+                        syn.speaker_globals = track.speaker_globals
+                        syn.globals_captured.set()
+                    if new:
+                        submit(planner.add(new))
+                    if track.framer.stats.stopped:
+                        break
+
         async def produce() -> None:
             try:
-                gen = self.engine.generate(prompt, sampling, rid)
-                async with contextlib.aclosing(gen):
-                    async for ids in gen:
-                        if timings.first_token is None:
-                            timings.first_token = time.perf_counter()
-                        timings.tokens += len(ids)
-                        new = track.feed(ids)
-                        if syn.speaker_globals is None and track.speaker_globals is not None:
-                            syn.speaker_globals = track.speaker_globals
-                            syn.globals_captured.set()
-                        if new:
-                            submit(planner.add(new))
-                        if track.framer.stats.stopped:
-                            break
+                if isinstance(self.profile, BiCodecProfile) and syn.speaker_globals is None:
+                    # capture exactly 32 globals, then continue as a continuation request
+                    await generate(self._prompt(syn, text), self._globals_sampling(syn), f"{rid}.globals")
+                    if syn.speaker_globals is None:
+                        raise EngineError(f"request {rid} produced no complete set of global tokens")
+                prompt = self._prompt(syn, text)
+                await generate(prompt, self._sampling_for(syn, text, len(prompt)), rid)
                 submit(planner.finish())
             finally:
                 timings.invalid_frames += track.framer.stats.invalid_frames

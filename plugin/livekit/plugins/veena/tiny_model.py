@@ -151,6 +151,40 @@ def _make_snac_model(profile: SnacProfile, out: Path, seed: int) -> None:
     _write_snac_codec(out / "snac", seed)
 
 
+_SPARK_CONTROL = ("<|task_tts|>", "<|start_speaker|>", "<|end_speaker|>", "<|start_content|>",
+                  "<|end_content|>", "<|start_global_token|>", "<|end_global_token|>",
+                  "<|start_semantic_token|>", "<|endoftext|>")
+
+
+def _make_bicodec_model(profile: BiCodecProfile, out: Path, seed: int) -> None:
+    """A Spark-layout tokenizer (every BiCodec token a special token, as in Spark-TTS), a
+    random Llama (generation is constrained to globals, then semantic tokens, by the
+    pipeline itself) and a random-init BiCodec in the official folder layout."""
+    import torch
+    import yaml
+    from safetensors.torch import save_file
+
+    from .codecs.bicodec_model import DEFAULT_CONFIG, BiCodecDecoder
+
+    names = [*_SPARK_CONTROL, *profile.stop_tokens]
+    names += [profile.global_token_format.format(i) for i in range(profile.global_codebook_size)]
+    names += [profile.semantic_token_format.format(i) for i in range(profile.semantic_codebook_size)]
+    names = list(dict.fromkeys(names))
+    first = 1024
+    named = {first + i: n for i, n in enumerate(names)}
+    vocab_size = first + len(names) + (-(first + len(names)) % 64)
+    tok = _build_tokenizer(named, vocab_size, names)
+    _save_tokenizer(tok, out, bos="<|endoftext|>", eos="<|im_end|>")
+    _llama(vocab_size, out, first + names.index("<|endoftext|>"), first + names.index("<|im_end|>"),
+           lambda embed, head: None, seed)
+    codec_dir = out / "BiCodec"
+    codec_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    state = {k: v.contiguous() for k, v in BiCodecDecoder().state_dict().items()}
+    save_file(state, str(codec_dir / "model.safetensors"))
+    (codec_dir / "config.yaml").write_text(yaml.safe_dump({"audio_tokenizer": DEFAULT_CONFIG}))
+
+
 def make_tiny_model(out_dir: str | Path, profile: str | ModelProfile = "veena", seed: int = 0) -> Path:
     """Build a tiny random model for ``profile`` into ``out_dir`` and return its path."""
     prof = get_profile(profile) if isinstance(profile, str) else profile
@@ -161,7 +195,8 @@ def make_tiny_model(out_dir: str | Path, profile: str | ModelProfile = "veena", 
         _make_snac_model(prof, out, seed)
         codec_dir = "snac"
     elif isinstance(prof, BiCodecProfile):
-        raise NotImplementedError("tiny BiCodec (Spark-layout) models come with the BiCodec decoder")
+        _make_bicodec_model(prof, out, seed)
+        codec_dir = "BiCodec"
     else:  # pragma: no cover - profiles are a closed union
         raise TypeError(type(prof))
     manifest = {"profile": prof.name, "codec_model": codec_dir, "random_weights": True}

@@ -55,6 +55,8 @@ class Turn:
         self._slots = asyncio.Semaphore(options.max_chunks_in_flight)
         self.audio_pushed = False
         self.request_ids: list[str] = []
+        self.chunk_globals: list[tuple[int, ...] | None] = []
+        """Per finished chunk, the BiCodec globals it was decoded with (None for SNAC)."""
         self.on_request_started: Callable[[], None] = lambda: None
 
     async def _prefetch(self, text: str, index: int, out: asyncio.Queue) -> None:
@@ -74,6 +76,7 @@ class Turn:
                         self.speaker_globals = syn.speaker_globals
                     if len(chunk.pcm):
                         out.put_nowait(chunk.pcm)
+            self.chunk_globals.append(syn.speaker_globals)
             out.put_nowait(None)
         except EmptyTextError:
             out.put_nowait(None)
