@@ -9,30 +9,17 @@ import numpy as np
 
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.stitching import Stitcher, crossfade, to_int16
-from livekit.plugins.veena.windowing import WindowOptions, WindowPlanner
+from livekit.plugins.veena.windowing import WindowOptions
+
+from .helpers import windowed_decode
 
 SPF = 2048
-
-
-def _windowed(codec, frames, opts, seed, crossfade_samples=240):
-    planner = WindowPlanner(opts)
-    stitcher = Stitcher(SPF, crossfade_samples)
-    windows = []
-    for _ in range(len(frames)):
-        windows += planner.add(1)
-    windows += planner.finish()
-    out = []
-    for w in windows:
-        (audio,) = codec.decode([CodecInput(frames[w.start:w.end], w.start, seed)])
-        out.append(stitcher.push(w, audio))
-    out.append(stitcher.finish())
-    return np.concatenate(out), windows
 
 
 def test_windowed_matches_one_pass(snac_codec):
     frames = np.random.default_rng(5).integers(0, 4096, (48, 7))
     (one,) = snac_codec.decode([CodecInput(frames, 0, 11)])
-    win, windows = _windowed(snac_codec, frames, WindowOptions(first=2, new=8, left=2, right=2), 11)
+    win, windows = windowed_decode(snac_codec, frames, WindowOptions(first=2, new=8, left=2, right=2), 11, 240)
     assert len(win) == len(frames) * SPF
     err = win - one
     rel_rms = np.sqrt(np.mean(err**2)) / np.sqrt(np.mean(one**2))
@@ -50,7 +37,7 @@ def test_classic_context_free_windows_are_worse(snac_codec):
     """Without right context the seams are clearly wrong: the bound above is meaningful."""
     frames = np.random.default_rng(5).integers(0, 4096, (24, 7))
     (one,) = snac_codec.decode([CodecInput(frames, 0, 11)])
-    win, _ = _windowed(snac_codec, frames, WindowOptions(first=2, new=8, left=2, right=0), 11, 0)
+    win, _ = windowed_decode(snac_codec, frames, WindowOptions(first=2, new=8, left=2, right=0), 11, 0)
     rel_rms = np.sqrt(np.mean((win - one) ** 2)) / np.sqrt(np.mean(one**2))
     assert rel_rms > 1e-2
 

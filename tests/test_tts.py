@@ -11,6 +11,8 @@ from livekit.plugins.veena.engine import EngineOptions, VllmEngine
 from livekit.plugins.veena.pipeline import Pipeline
 from livekit.plugins.veena.profiles import VEENA
 
+from .helpers import engine_settled
+
 pytestmark = pytest.mark.engine
 CHUNK_TOKENS = 70  # 10 SNAC frames = 20480 samples per chunk on the tiny model
 CROSSFADE = 360  # 15 ms at 24 kHz
@@ -128,12 +130,5 @@ async def test_no_audio_within_conn_timeout_is_api_timeout_error(pipeline):
         async for _ in stream:
             pass
     await stream.aclose()
-    assert await _no_live(pipeline)
+    assert await engine_settled(pipeline)
 
-
-async def _no_live(pipeline):
-    for _ in range(100):
-        if not pipeline.engine.live_request_ids and pipeline.engine.num_unfinished_requests == 0:
-            return True
-        await asyncio.sleep(0.02)
-    return False

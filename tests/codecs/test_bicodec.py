@@ -14,8 +14,9 @@ from safetensors.torch import save_file
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
 from livekit.plugins.veena.codecs.bicodec_model import DEFAULT_CONFIG
-from livekit.plugins.veena.stitching import Stitcher
-from livekit.plugins.veena.windowing import WindowOptions, WindowPlanner
+from livekit.plugins.veena.windowing import WindowOptions
+
+from ..helpers import windowed_decode
 
 
 @pytest.fixture(scope="session")
@@ -88,16 +89,8 @@ def test_speaker_globals_change_the_voice(bicodec):
 def test_windowed_matches_one_pass(bicodec):
     sem, glob = _tokens(150, 4)
     (one,) = bicodec.decode([CodecInput(sem, 0, 0, glob)])
-    planner, stitcher = WindowPlanner(WindowOptions(first=10, new=50, left=40, right=20)), Stitcher(320, 160)
-    windows = []
-    for _ in range(len(sem)):
-        windows += planner.add(1)
-    windows += planner.finish()
-    out = []
-    for w in windows:
-        (a,) = bicodec.decode([CodecInput(sem[w.start:w.end], w.start, 0, glob)])
-        out.append(stitcher.push(w, a))
-    got = np.concatenate(out)
+    got, windows = windowed_decode(bicodec, sem, WindowOptions(first=10, new=50, left=40, right=20),
+                                   0, 160, glob)
     assert len(got) == 150 * 320
     err = got - one
     assert np.sqrt(np.mean(err**2)) / np.sqrt(np.mean(one**2)) < 1e-4

@@ -12,6 +12,7 @@ from livekit.agents import APIConnectOptions, APIStatusError
 from livekit.plugins import veena
 from livekit.plugins.veena.server.protocol import decode_audio
 
+from ..helpers import engine_settled
 from .conftest import API_KEY
 
 pytestmark = pytest.mark.engine
@@ -20,14 +21,6 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 def _ws_url(http: str) -> str:
     return http.replace("http://", "ws://") + "/v1/stream"
-
-
-async def _settled(pipeline):
-    for _ in range(100):
-        if not pipeline.engine.live_request_ids and pipeline.engine.num_unfinished_requests == 0:
-            return True
-        await asyncio.sleep(0.02)
-    return False
 
 
 async def test_32_concurrent_streams_each_equal_its_solo_run(server_url, pipeline):
@@ -50,7 +43,7 @@ async def test_32_concurrent_streams_each_equal_its_solo_run(server_url, pipelin
     assert not np.array_equal(np.frombuffer(solo[1].data, np.int16), np.frombuffer(solo[2].data, np.int16))
     for t in clients.values():
         await t.aclose()
-    assert await _settled(pipeline)
+    assert await engine_settled(pipeline)
 
 
 async def _first_audio(ws, cid):
@@ -81,12 +74,12 @@ async def test_cancel_and_disconnect_abort_engine_and_decode_work(server_url, pi
                 if msg.type == aiohttp.WSMsgType.TEXT:
                     assert json.loads(msg.data) == {"type": "cancelled", "context_id": "a"}
                     break
-        assert await _settled(pipeline) and pipeline.scheduler.pending == 0
+        assert await engine_settled(pipeline) and pipeline.scheduler.pending == 0
         ws = await s.ws_connect(_ws_url(server_url))
         await ws.send_json({**long, "context_id": "b"})
         await _first_audio(ws, "b")
         await ws.close()  # the client just goes away
-        assert await _settled(pipeline) and pipeline.scheduler.pending == 0
+        assert await engine_settled(pipeline) and pipeline.scheduler.pending == 0
         assert await _metric(s, server_url, "veena_aborted_requests_total") >= aborted_before + 2
         assert await _metric(s, server_url, "veena_active_streams") == 0
 
