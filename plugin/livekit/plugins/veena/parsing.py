@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -31,6 +31,13 @@ class TokenTable:
 
     kind: np.ndarray
     value: np.ndarray
+    _ids: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def ids(self, *kinds: int) -> tuple[int, ...]:
+        """Every id of the given kinds, in order (computed once per table)."""
+        if kinds not in self._ids:
+            self._ids[kinds] = tuple(int(i) for i in np.flatnonzero(np.isin(self.kind, kinds)))
+        return self._ids[kinds]
 
     @classmethod
     def for_snac(cls, profile: SnacProfile, vocab_size: int | None = None) -> "TokenTable":

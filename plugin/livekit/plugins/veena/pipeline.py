@@ -385,19 +385,16 @@ class Pipeline:
         max_tokens = budget if s.max_tokens is None else min(s.max_tokens, budget)
         s = replace(s, max_tokens=max_tokens, min_tokens=min(s.min_tokens, max_tokens))
         if isinstance(self.profile, BiCodecProfile):
-            stop = tuple(int(i) for i in np.flatnonzero(self.table.kind == KIND_STOP))
-            semantic = tuple(int(i) for i in np.flatnonzero(self.table.kind == KIND_SEMANTIC))
-            s = replace(s, stop_token_ids=s.stop_token_ids or stop,
-                        allowed_token_ids=semantic + stop)
+            s = replace(s, stop_token_ids=s.stop_token_ids or self.table.ids(KIND_STOP),
+                        allowed_token_ids=self.table.ids(KIND_SEMANTIC, KIND_STOP))
         return s
 
     def _globals_sampling(self, syn: Synthesis) -> SamplingOptions:
         """A first BiCodec request: exactly the 32 global tokens, nothing else."""
         assert isinstance(self.profile, BiCodecProfile)
         n = self.profile.num_global_tokens
-        globals_ = tuple(int(i) for i in np.flatnonzero(self.table.kind == KIND_GLOBAL))
         return replace(syn.sampling, max_tokens=n, min_tokens=n, stop_token_ids=(),
-                       allowed_token_ids=globals_)
+                       allowed_token_ids=self.table.ids(KIND_GLOBAL))
 
     async def _stream_piece(self, syn: Synthesis, text: str, index: int
                             ) -> AsyncIterator[tuple[np.ndarray, bool]]:

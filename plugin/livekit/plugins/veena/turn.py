@@ -44,6 +44,15 @@ class TurnOptions:
     timeout: float = 10.0
 
 
+async def _until(event: asyncio.Event, task: asyncio.Task) -> None:
+    """Return when ``event`` is set or ``task`` has ended, whichever comes first."""
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+
+
 class Turn:
     def __init__(self, pipeline: Pipeline, options: TurnOptions) -> None:
         self._p = pipeline
@@ -51,6 +60,7 @@ class Turn:
         self.seed = options.seed if options.seed is not None else random.getrandbits(31)
         self.speaker_globals: tuple[int, ...] | None = options.speaker_globals
         self._first_syn = None
+        self._first_started = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._slots = asyncio.Semaphore(options.max_chunks_in_flight)
         self.audio_pushed = False
@@ -68,6 +78,7 @@ class Turn:
                                      seed=self.seed, speaker_globals=self.speaker_globals)
             if index == 0:
                 self._first_syn = syn
+                self._first_started.set()
             self.request_ids.append(syn.request_id)
             self.on_request_started()
             async with contextlib.aclosing(syn.__aiter__()) as chunks:
@@ -88,15 +99,12 @@ class Turn:
             self._slots.release()
 
     async def _await_first_globals(self) -> None:
-        while self._first_syn is None:
-            await asyncio.sleep(0.005)
+        """Wait until chunk 0 has captured its globals, or has ended without them."""
         first_task = self._tasks[0]
-        waiter = asyncio.ensure_future(self._first_syn.globals_captured.wait())
-        try:
-            await asyncio.wait({waiter, first_task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-        self.speaker_globals = self._first_syn.speaker_globals
+        await _until(self._first_started, first_task)
+        if self._first_syn is not None:
+            await _until(self._first_syn.globals_captured, first_task)
+            self.speaker_globals = self._first_syn.speaker_globals
         if self.speaker_globals is None:
             raise TurnError("the first chunk ended before its 32 global tokens were captured")
 
