@@ -62,3 +62,14 @@ def test_gpu_model_config_is_llama_3b_shaped(tmp_path):
     params = cfg.num_hidden_layers * (4 * cfg.hidden_size**2 * 0.625 + 3 * cfg.hidden_size * cfg.intermediate_size)
     assert 2.5e9 < params + cfg.vocab_size * cfg.hidden_size < 4e9
     assert AutoTokenizer.from_pretrained(tmp_path).convert_ids_to_tokens(128266) == "<custom_token_10>"
+
+
+def test_server_load_bench():
+    _run(sys.executable, "bench/server_load.py", "--streams", "1,4", "--tokens", "21",
+         "--max-num-seqs", "4", timeout=900)
+    rows = _rows("server_load")
+    assert [r["streams"] for r in rows] == [1, 4]
+    assert all(r["served"] + r["refused"] == r["streams"] for r in rows)
+    assert rows[0]["served"] == 1 and rows[0]["first_audio_p50_ms"] > 0
+    # max_num_seqs=4 admits 2 at once (2 more may wait up to 5 s): at least 2 are served
+    assert rows[1]["served"] >= 2

@@ -1,3 +1,12 @@
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -6,14 +15,61 @@ from livekit.plugins.veena.server.app import ServerOptions, create_app
 API_KEY = "test-key"
 
 
-@pytest.fixture(scope="session")
-async def server_url(pipeline):
-    app = create_app(pipeline, ServerOptions(api_key=API_KEY, max_text_chars=20000,
-                                             max_contexts_per_connection=4), own_pipeline=False)
+@contextlib.asynccontextmanager
+async def serve(pipeline, options: ServerOptions):
+    """An in-process server on a free loopback port over ``pipeline``; yields its URL."""
+    app = create_app(pipeline, options, own_pipeline=False)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture(scope="session")
+async def server_url(pipeline):
+    # room for the 32-stream test: every stream is admitted and vLLM queues past its
+    # max_num_seqs, so no stream's fate depends on how fast this machine is
+    options = ServerOptions(api_key=API_KEY, max_text_chars=20000, max_contexts_per_connection=4,
+                            max_active_streams=32, max_queued_streams=32, max_queue_wait_s=3600)
+    async with serve(pipeline, options) as url:
+        yield url
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def spawn_server(model_dir: str, **env: str):
+    """``veena-tts serve`` as its own process (own engine); yields (process, http URL) once
+    it answers /ready. Killed with its whole process group at the end."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "livekit.plugins.veena.cli", "serve", "--model", model_dir,
+         "--port", str(port)],
+        env=dict(os.environ, VEENA_MAX_MODEL_LEN="2048", VEENA_MAX_NUM_SEQS="4", **env),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as s:
+            while True:  # engine start: a minute or more here, however long it takes
+                assert proc.poll() is None, "server exited during start-up"
+                try:
+                    async with s.get(url + "/ready") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.5)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(60)

@@ -7,16 +7,22 @@ aborts the request in vLLM so no KV cache or scheduler slot outlives its listene
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Callable, Sequence
 
 from .settings import env_bool, env_float, env_int, env_str
+from .validation import check_float, check_int, check_int_list, is_int
 
 logger = logging.getLogger(__name__)
+
+_MAX_TOKENS = 1 << 20
+_MAX_TOKEN_ID = (1 << 31) - 1
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,9 @@ class EngineOptions:
     max_num_seqs: int = 64
     load_format: str = "auto"
     """"dummy" gives random weights without reading any (benchmarks at real model size)."""
+    startup_timeout_s: float = 600.0
+    """How long a request waits for the engine to finish starting before it fails with a
+    clear ``starting`` error (the start itself goes on)."""
 
     @classmethod
     def from_env(cls, model: str | None = None, **overrides) -> "EngineOptions":
@@ -55,6 +64,7 @@ class EngineOptions:
             tensor_parallel_size=env_int("VEENA_TENSOR_PARALLEL_SIZE", cls.tensor_parallel_size),
             max_num_seqs=env_int("VEENA_MAX_NUM_SEQS", cls.max_num_seqs),
             load_format=env_str("VEENA_LOAD_FORMAT", cls.load_format),
+            startup_timeout_s=env_float("VEENA_STARTUP_TIMEOUT_S", cls.startup_timeout_s),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -77,21 +87,35 @@ class SamplingOptions:
     """Restrict generation to these ids (BiCodec: globals, then semantic tokens only)."""
 
     def validate(self) -> "SamplingOptions":
+        """Check every field by type and range (ValueError naming them all).
+
+        Types matter as much as ranges: vLLM's engine core decodes requests with msgspec,
+        and a bool or float where it expects an int kills it for every client."""
         problems = []
-        if not 0.0 <= self.temperature <= 2.0:
-            problems.append(f"temperature must be in [0, 2], got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            problems.append(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k != -1 and self.top_k < 1:
-            problems.append(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
-        if not 0.5 <= self.repetition_penalty <= 2.0:
-            problems.append(f"repetition_penalty must be in [0.5, 2], got {self.repetition_penalty}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            problems.append(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.min_tokens < 0 or (self.max_tokens is not None and self.min_tokens > self.max_tokens):
-            problems.append(f"min_tokens must be in [0, max_tokens], got {self.min_tokens}")
-        if self.seed is not None and not 0 <= self.seed < 2**63:
-            problems.append(f"seed must be a non-negative 64-bit integer, got {self.seed}")
+
+        def check(fn, *args, **kw) -> None:
+            try:
+                fn(*args, **kw)
+            except ValueError as e:
+                problems.append(str(e))
+
+        check(check_float, "temperature", self.temperature, 0.0, 2.0)
+        check(check_float, "top_p", self.top_p, 0.0, 1.0, lo_open=True)
+        check(check_int, "top_k", self.top_k, -1, 1 << 20)
+        if is_int(self.top_k) and self.top_k == 0:
+            problems.append("top_k must be -1 (off) or >= 1, got 0")
+        check(check_float, "repetition_penalty", self.repetition_penalty, 0.5, 2.0)
+        if self.max_tokens is not None:
+            check(check_int, "max_tokens", self.max_tokens, 1, _MAX_TOKENS)
+        check(check_int, "min_tokens", self.min_tokens, 0, _MAX_TOKENS)
+        if (is_int(self.min_tokens) and is_int(self.max_tokens)
+                and self.min_tokens > self.max_tokens):
+            problems.append(f"min_tokens must be <= max_tokens, got {self.min_tokens} > {self.max_tokens}")
+        if self.seed is not None:
+            check(check_int, "seed", self.seed, 0, 2**63 - 1)
+        check(check_int_list, "stop_token_ids", self.stop_token_ids, 0, _MAX_TOKEN_ID)
+        if self.allowed_token_ids is not None:
+            check(check_int_list, "allowed_token_ids", self.allowed_token_ids, 0, _MAX_TOKEN_ID)
         if problems:
             raise ValueError("invalid sampling options: " + "; ".join(problems))
         return self
@@ -126,24 +150,76 @@ def _has_cuda() -> bool:
 
 
 class EngineError(RuntimeError):
-    """The engine failed or died; the plugin maps this onto ``APIConnectionError``."""
+    """A request failed in the engine; transient (the plugin maps it onto a retryable
+    ``APIConnectionError``)."""
+
+
+class EngineDeadError(EngineError):
+    """The engine is gone (its core process died or it errored): nothing will succeed on
+    it again, so this is never retried against the same engine."""
+
+
+class EngineStartingError(EngineError):
+    """The engine did not finish starting within the start-up bound."""
+
+
+@dataclass(frozen=True)
+class EngineHealth:
+    state: str
+    """``stopped`` (not asked to start), ``starting``, ``ready``, ``failed`` (the last start
+    raised; the next request tries again) or ``dead``."""
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state in ("stopped", "starting", "ready")
 
 
 class VllmEngine:
-    """One vLLM ``AsyncLLM`` per process, shared by every stream."""
+    """One vLLM ``AsyncLLM`` per process, shared by every stream.
+
+    The start runs once, as its own task: a caller that stops waiting (a timeout, a
+    cancelled stream) never cancels it, so retries never start a second engine. A watcher
+    polls vLLM's own liveness (its engine-core monitor sets ``errored`` when the core
+    process dies); from then on every running and new request fails with
+    ``EngineDeadError`` at once instead of waiting on an engine that will never answer."""
 
     _ids = itertools.count()
 
-    def __init__(self, options: EngineOptions) -> None:
+    def __init__(self, options: EngineOptions, *, health_poll_s: float = 0.2) -> None:
         self.options = options
         self._llm = None
         self._tokenizer = None
-        self._start_lock = asyncio.Lock()
+        self._start_task: asyncio.Task | None = None
+        self._start_error: BaseException | None = None
+        self._watch_task: asyncio.Task | None = None
+        self._health_poll_s = health_poll_s
+        self._dead: asyncio.Future | None = None
+        self.dead_reason: str | None = None
+        self._dead_listeners: list[Callable[[str], None]] = []
         self._live: set[str] = set()
+        self.last_output = time.monotonic()
+        """When any request last received tokens: proof that the engine makes progress."""
 
     @property
     def started(self) -> bool:
         return self._llm is not None
+
+    @property
+    def health(self) -> EngineHealth:
+        if self.dead_reason is not None:
+            return EngineHealth("dead", self.dead_reason)
+        if self._llm is not None:
+            return EngineHealth("ready")
+        if self._start_task is not None and not self._start_task.done():
+            return EngineHealth("starting")
+        if self._start_error is not None:
+            return EngineHealth("failed", str(self._start_error))
+        return EngineHealth("stopped")
+
+    def add_dead_listener(self, listener: Callable[[str], None]) -> None:
+        """Called once, with the reason, when the engine dies."""
+        self._dead_listeners.append(listener)
 
     @property
     def tokenizer(self):
@@ -155,14 +231,33 @@ class VllmEngine:
             )
         return self._tokenizer
 
-    async def start(self) -> None:
-        async with self._start_lock:
-            if self._llm is not None:
-                return
-            try:
-                self._llm = await asyncio.get_running_loop().run_in_executor(None, self._build)
-            except Exception as e:
-                raise EngineError(f"failed to start vLLM for {self.options.model!r}: {e}") from e
+    async def start(self, timeout: float | None = None) -> None:
+        """Start vLLM once (or wait for the start under way); ``timeout`` bounds only this
+        wait (EngineStartingError), never the start itself."""
+        if self.dead_reason is not None:
+            raise EngineDeadError(f"vLLM engine is dead: {self.dead_reason}")
+        if self._llm is not None:
+            return
+        if self._start_task is None or self._start_task.done():
+            self._start_error = None
+            self._start_task = asyncio.get_running_loop().create_task(
+                self._start(), name="veena-engine-start")
+        try:
+            await asyncio.wait_for(asyncio.shield(self._start_task), timeout)
+        except asyncio.TimeoutError:
+            raise EngineStartingError(
+                f"vLLM engine for {self.options.model!r} is still starting after {timeout:.1f} s"
+            ) from None
+
+    async def _start(self) -> None:
+        try:
+            self._llm = await asyncio.get_running_loop().run_in_executor(None, self._build)
+        except Exception as e:
+            self._start_error = e
+            raise EngineError(f"failed to start vLLM for {self.options.model!r}: {e}") from e
+        self._dead = asyncio.get_running_loop().create_future()
+        self._watch_task = asyncio.get_running_loop().create_task(
+            self._watch(), name="veena-engine-watch")
 
     def _build(self):
         opts = self.options
@@ -188,13 +283,35 @@ class VllmEngine:
         logger.info("vLLM engine ready", extra={"model": opts.model})
         return llm
 
+    async def _watch(self) -> None:
+        while self._llm is not None and self.dead_reason is None:
+            if self._llm.errored:
+                self.mark_dead("the vLLM engine core exited or errored")
+                return
+            await asyncio.sleep(self._health_poll_s)
+
+    def mark_dead(self, reason: str) -> None:
+        """Record that the engine is gone; fail every waiting request and tell listeners."""
+        if self.dead_reason is not None:
+            return
+        self.dead_reason = reason
+        logger.error("vLLM engine is dead", extra={"reason": reason,
+                                                    "live_requests": len(self._live)})
+        if self._dead is not None and not self._dead.done():
+            self._dead.set_result(reason)
+        for listener in self._dead_listeners:
+            try:
+                listener(reason)
+            except Exception:
+                logger.exception("engine-dead listener failed")
+
     def new_request_id(self, prefix: str = "tts") -> str:
         return f"{prefix}-{uuid.uuid4().hex[:12]}-{next(self._ids)}"
 
     @property
     def num_unfinished_requests(self) -> int:
         """Requests vLLM still holds (zero once every stream has finished or been aborted)."""
-        if self._llm is None:
+        if self._llm is None or self.dead_reason is not None:
             return 0
         return self._llm.get_num_unfinished_requests()
 
@@ -208,30 +325,55 @@ class VllmEngine:
         sampling: SamplingOptions,
         request_id: str | None = None,
     ) -> AsyncIterator[list[int]]:
-        """Yield each batch of NEW token ids; exiting early aborts the vLLM request."""
-        await self.start()
-        assert self._llm is not None
-        request_id = request_id or self.new_request_id()
+        """Yield each batch of NEW token ids; exiting early aborts the vLLM request.
+
+        Everything handed to vLLM is re-checked by type here (ValueError), whatever the
+        caller validated before."""
         params = sampling.validate().to_vllm()
-        prompt = {"prompt_token_ids": list(prompt_token_ids)}
+        prompt = {"prompt_token_ids": list(check_int_list(
+            "prompt_token_ids", prompt_token_ids, 0, _MAX_TOKEN_ID))}
+        if not prompt["prompt_token_ids"]:
+            raise ValueError("prompt_token_ids is empty")
+        await self.start()
+        assert self._llm is not None and self._dead is not None
+        request_id = request_id or self.new_request_id()
         self._live.add(request_id)
         finished = False
+        outputs = self._llm.generate(prompt, params, request_id)
+        nxt: asyncio.Future | None = None
         try:
-            async for out in self._llm.generate(prompt, params, request_id):
+            while not finished:
+                nxt = asyncio.ensure_future(outputs.__anext__())
+                await asyncio.wait({nxt, self._dead}, return_when=asyncio.FIRST_COMPLETED)
+                if not nxt.done():
+                    raise EngineDeadError(f"vLLM engine died during request {request_id}: "
+                                          f"{self.dead_reason}")
+                try:
+                    out = nxt.result()
+                except StopAsyncIteration:
+                    break
+                self.last_output = time.monotonic()
                 new = list(out.outputs[0].token_ids) if out.outputs else []
                 finished = out.finished
                 if new:
                     yield new
-        except (asyncio.CancelledError, GeneratorExit):
+        except (asyncio.CancelledError, GeneratorExit, EngineError):
             raise
-        except Exception as e:  # vLLM raises its own types; callers see one
+        except Exception as e:  # vLLM raises its own types; callers see ours
             if self._llm is not None and getattr(self._llm, "errored", False):
-                raise EngineError(f"vLLM engine died: {e}") from e
+                self.mark_dead(f"vLLM engine errored: {e!r}")
+                raise EngineDeadError(f"vLLM engine died: {e}") from e
             raise EngineError(f"vLLM request {request_id} failed: {e}") from e
         finally:
             self._live.discard(request_id)
-            if not finished and self._llm is not None:
+            if nxt is not None and not nxt.done():
+                nxt.cancel()
+                with contextlib.suppress(BaseException):
+                    await nxt
+            if not finished and self._llm is not None and self.dead_reason is None:
                 await self._abort(request_id)
+            with contextlib.suppress(Exception):
+                await outputs.aclose()
 
     async def _abort(self, request_id: str) -> None:
         try:
@@ -241,6 +383,11 @@ class VllmEngine:
             logger.exception("failed to abort vLLM request", extra={"request_id": request_id})
 
     async def aclose(self) -> None:
+        if self._start_task is not None and not self._start_task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._start_task)
+        if self._watch_task is not None:
+            self._watch_task.cancel()
         if self._llm is not None:
             llm, self._llm = self._llm, None
             llm.shutdown()

@@ -207,10 +207,30 @@ class Synthesis:
         if speaker_globals is not None or not isinstance(pipeline.profile, BiCodecProfile):
             self.globals_captured.set()
         self.timings = Timings()
+        self._progress = time.monotonic()
+        self._awaiting_tokens = True
+        self._pending_windows = 0
         self.vllm_request_ids: list[str] = []
         self.tracks: list = []
         """Per piece: the codec steps parsed from the engine (kept for inspection)."""
         self._iter: AsyncIterator[AudioChunk] | None = None
+
+    def progress_at(self) -> float:
+        """When this request last moved forward (monotonic clock).
+
+        Its own tokens and decoded windows count; so does the engine serving others while
+        this request still waits for its first token (queued in vLLM behind running
+        requests), and the decode scheduler finishing batches while this request's windows
+        wait their turn. A stall is therefore "nothing moves", never "busy elsewhere"."""
+        t = self._progress
+        if self._awaiting_tokens:
+            t = max(t, self._p.engine.last_output)
+        if self._pending_windows:
+            t = max(t, self._p.scheduler.last_done)
+        return t
+
+    def _moved(self) -> None:
+        self._progress = time.monotonic()
 
     @property
     def pieces(self) -> list[str]:
@@ -270,7 +290,7 @@ class Pipeline:
         self.window = options.bicodec_window if isinstance(profile, BiCodecProfile) else options.snac_window
         self._table: TokenTable | None = None
         self._ready = False
-        self._warm_lock = asyncio.Lock()
+        self._warm: asyncio.Future | None = None
 
     @property
     def sample_rate(self) -> int:
@@ -278,7 +298,8 @@ class Pipeline:
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        """Started, codec warm, and the engine alive."""
+        return self._ready and self.engine.health.state == "ready"
 
     @classmethod
     def from_model(cls, model: str, *, profile: str | ModelProfile | None = None,
@@ -305,14 +326,21 @@ class Pipeline:
         engine = VllmEngine(engine_options or EngineOptions.from_env(model))
         return cls(engine, codec, prof, options)
 
-    async def start(self) -> None:
-        """Start vLLM and warm the codec; safe to call many times."""
-        async with self._warm_lock:
-            if self._ready:
-                return
-            warm = asyncio.get_running_loop().run_in_executor(None, self.codec.warmup)
-            await asyncio.gather(self.engine.start(), warm)
-            self._ready = True
+    async def start(self, timeout: float | None = None) -> None:
+        """Start vLLM and warm the codec; safe to call many times and from many callers.
+
+        ``timeout`` (default ``EngineOptions.startup_timeout_s``) bounds only this caller's
+        wait (``EngineStartingError``); the start itself is never cancelled by a waiter, so
+        a timed-out or retried request can never start a second engine."""
+        if self._ready and self.engine.started:
+            return
+        if timeout is None:
+            timeout = self.engine.options.startup_timeout_s
+        if self._warm is None:
+            self._warm = asyncio.get_running_loop().run_in_executor(None, self.codec.warmup)
+        await self.engine.start(timeout)
+        await asyncio.shield(self._warm)
+        self._ready = True
 
     @property
     def table(self) -> TokenTable:
@@ -414,13 +442,17 @@ class Pipeline:
             for w in windows:
                 if timings.first_window_ready is None:
                     timings.first_window_ready = time.perf_counter()
+                syn._pending_windows += 1
                 queue.put_nowait((w, self.scheduler.submit(rid, track.window_input(w, seed))))
 
         async def generate(prompt: list[int], sampling: SamplingOptions, request_id: str) -> None:
             syn.vllm_request_ids.append(request_id)
+            syn._awaiting_tokens = True
             gen = self.engine.generate(prompt, sampling, request_id)
             async with contextlib.aclosing(gen):
                 async for ids in gen:
+                    syn._awaiting_tokens = False
+                    syn._moved()
                     if timings.first_token is None:
                         timings.first_token = time.perf_counter()
                     timings.tokens += len(ids)
@@ -456,12 +488,15 @@ class Pipeline:
                     break
                 window, fut = item
                 audio = await fut
+                syn._pending_windows -= 1
+                syn._moved()
                 if timings.first_decode_done is None:
                     timings.first_decode_done = time.perf_counter()
                 yield stitcher.push(window, audio), False
             await producer  # re-raise an engine failure
             yield stitcher.finish(), True
         finally:
+            syn._pending_windows = 0
             if not producer.done():
                 producer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Protocol, Sequence
 
+from .validation import check_int_list, check_str
+
 CodecKind = Literal["snac", "bicodec"]
 
 
@@ -32,6 +34,7 @@ class _Voices:
     voices: tuple[str, ...]
 
     def check_voice(self, voice: str) -> str:
+        check_str("voice", voice, max_len=256)
         if voice not in self.voices:
             raise ValueError(
                 f"unknown voice {voice!r} for model profile {self.name!r}; "
@@ -111,17 +114,9 @@ class BiCodecProfile(_Voices):
     licence: str = ""
 
     def check_globals(self, global_ids: Sequence[int]) -> tuple[int, ...]:
-        ids = tuple(int(g) for g in global_ids)
-        if len(ids) != self.num_global_tokens:
-            raise ValueError(
-                f"a continuation needs exactly {self.num_global_tokens} global tokens, got {len(ids)}"
-            )
-        bad = [g for g in ids if not 0 <= g < self.global_codebook_size]
-        if bad:
-            raise ValueError(
-                f"global token values must lie in 0..{self.global_codebook_size - 1}; got {bad[:4]}"
-            )
-        return ids
+        """Exactly ``num_global_tokens`` integers in the codebook (ValueError otherwise)."""
+        return check_int_list("speaker_globals", global_ids, 0, self.global_codebook_size - 1,
+                              length=self.num_global_tokens)
 
     def render_globals(self, global_ids: Sequence[int]) -> str:
         return "".join(self.global_token_format.format(g) for g in global_ids)

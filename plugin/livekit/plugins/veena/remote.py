@@ -13,17 +13,29 @@ from typing import Any, AsyncIterable, Callable
 
 import aiohttp
 import numpy as np
-from livekit.agents import APIConnectionError, APIStatusError, APITimeoutError, utils
+from livekit.agents import APIConnectionError, APIError, APIStatusError, APITimeoutError, utils
 
 from .log import logger
-from .server.protocol import decode_audio
+from .server.protocol import ERROR_CODES, decode_audio
 
 FLUSH = object()
 """Marker in a remote text stream: speak what is buffered now."""
 
-_CLIENT_ERRORS = {"bad_request", "invalid_globals", "text_too_long", "bad_field", "unknown_type",
-                  "missing_field", "bad_json", "message_too_large", "too_many_contexts",
-                  "context_ended", "unauthorized"}
+
+def server_error(code: str, message: str, body: object, audio_pushed: bool) -> APIError:
+    """The plugin-edge error of a server ``error`` event, from the protocol's code table.
+
+    Client errors and a dead engine are never retried; capacity (``overloaded``,
+    ``starting``) and transient faults are, unless audio already reached the listener.
+    An unknown code (a newer server) counts as a transient server fault."""
+    spec = ERROR_CODES.get(code)
+    text = f"veena server: {code}: {message}"
+    if spec is None:
+        return APIConnectionError(text, retryable=not audio_pushed)
+    if code == "timeout":
+        return APITimeoutError(text, retryable=spec.retryable and not audio_pushed)
+    return APIStatusError(text, status_code=spec.status, body=body,
+                          retryable=spec.retryable and not audio_pushed)
 
 
 class RemoteClient:
@@ -45,12 +57,17 @@ class RemoteClient:
         try:
             return await asyncio.wait_for(
                 self._session.ws_connect(self.url, headers=headers, heartbeat=30), timeout)
+        except asyncio.TimeoutError:  # before OSError: TimeoutError is an OSError
+            raise APITimeoutError(f"no WebSocket handshake from {self.url} in {timeout} s") from None
         except aiohttp.WSServerHandshakeError as e:
             if e.status == 401:
                 raise APIStatusError("veena server rejected the API key", status_code=401,
                                      retryable=False) from e
+            if e.status == 503:  # at capacity, or its engine is dead: try elsewhere
+                raise APIStatusError(f"veena server unavailable: {e.message}", status_code=503,
+                                     retryable=True) from e
             raise APIConnectionError(f"cannot open {self.url}: {e}") from e
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+        except (aiohttp.ClientError, OSError) as e:
             raise APIConnectionError(f"cannot connect to {self.url}: {e!r}") from e
 
     async def _close(self, ws: aiohttp.ClientWebSocketResponse) -> None:
@@ -76,7 +93,7 @@ class RemoteClient:
                 while True:
                     try:
                         msg = await ws.receive(timeout=timeout)
-                    except asyncio.TimeoutError:
+                    except asyncio.TimeoutError:  # a waiting context hears "waiting" every second
                         raise APITimeoutError(f"no message from the veena server in {timeout} s",
                                               retryable=not pushed) from None
                     if msg.type == aiohttp.WSMsgType.BINARY:
@@ -97,12 +114,8 @@ class RemoteClient:
                             raise sender.exception()
                         return
                     if kind == "error":
-                        code, text = event.get("code", ""), event.get("message", "")
-                        if code in _CLIENT_ERRORS:
-                            raise APIStatusError(f"veena server: {code}: {text}", status_code=400,
-                                                 body=event, retryable=False)
-                        raise APIConnectionError(f"veena server: {code}: {text}",
-                                                 retryable=not pushed)
+                        raise server_error(event.get("code", ""), event.get("message", ""),
+                                           event, pushed)
             except asyncio.CancelledError:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(ws.send_json({"type": "cancel", "context_id": cid}))

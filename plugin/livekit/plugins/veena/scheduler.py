@@ -61,6 +61,8 @@ class DecodeScheduler:
         self._task: asyncio.Task | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="veena-decode")
         self._closed = False
+        self.last_done = time.monotonic()
+        """When the codec last finished a batch: proof that queued windows will move."""
 
     def _ensure_running(self) -> None:
         if self._task is None or self._task.done():
@@ -149,6 +151,7 @@ class DecodeScheduler:
                         job.future.set_exception(e)
                 continue
             done = time.perf_counter()
+            self.last_done = time.monotonic()
             wait_mean = sum(started - j.enqueued for j in batch) / len(batch)
             self.stats.batches += 1
             self.stats.windows += len(batch)

@@ -23,12 +23,13 @@ from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGive
 from livekit.agents.utils import is_given
 
 from .chunking import ChunkerOptions, TextChunker, chunk_text
-from .engine import EngineError, SamplingOptions
+from .engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
 from .log import logger
 from .pipeline import Pipeline, profile_sampling
 from .profiles import BiCodecProfile, ModelProfile, SnacProfile, get_profile
 from .remote import FLUSH, RemoteClient
 from .settings import env_float, env_int
+from .validation import check_float, check_int
 from .turn import Turn, TurnOptions, TurnTimeout
 
 _PIPELINES: dict[str, Pipeline] = {}
@@ -54,6 +55,7 @@ class _TTSOptions:
     chunker: ChunkerOptions
     chunk_crossfade_ms: float
     max_chunks_in_flight: int
+    startup_timeout: float
 
     def sampling(self, base: SamplingOptions) -> SamplingOptions:
         return replace(base, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
@@ -71,7 +73,8 @@ class _TTSOptions:
     def turn(self, pipeline: Pipeline, timeout: float) -> TurnOptions:
         return TurnOptions(voice=self.voice, sampling=self.sampling(pipeline.default_sampling()),
                            seed=self.seed, chunk_crossfade_ms=self.chunk_crossfade_ms,
-                           max_chunks_in_flight=self.max_chunks_in_flight, timeout=timeout)
+                           max_chunks_in_flight=self.max_chunks_in_flight, timeout=timeout,
+                           startup_timeout=self.startup_timeout)
 
 
 class TTS(tts.TTS):
@@ -93,11 +96,16 @@ class TTS(tts.TTS):
         chunker: ChunkerOptions | None = None,
         chunk_crossfade_ms: NotGivenOr[float] = NOT_GIVEN,
         max_chunks_in_flight: NotGivenOr[int] = NOT_GIVEN,
+        startup_timeout: NotGivenOr[float] = NOT_GIVEN,
     ) -> None:
         """Speak through an in-process ``pipeline``; or build the shared one for ``model``
         (a local path or hub id; default ``VEENA_MODEL``); or, with ``base_url``
         (``ws://host:8700``, default ``VEENA_TTS_URL``), through a ``veena-tts serve`` server
-        of model ``profile``. Invalid options raise ValueError."""
+        of model ``profile``. Invalid options raise ValueError.
+
+        A stream that starts while the in-process engine is still starting waits for it, up
+        to ``startup_timeout`` (default ``VEENA_STARTUP_TIMEOUT_S``, 600 s); the stream's
+        ``conn_options.timeout`` then bounds only a running request's lack of progress."""
         import os
 
         base_url = base_url or (None if model or pipeline else os.environ.get("VEENA_TTS_URL"))
@@ -140,17 +148,21 @@ class TTS(tts.TTS):
                                 else env_float("VEENA_CHUNK_CROSSFADE_MS", 15.0)),
             max_chunks_in_flight=(max_chunks_in_flight if is_given(max_chunks_in_flight)
                                   else env_int("VEENA_MAX_CHUNKS_IN_FLIGHT", 2)),
+            startup_timeout=(startup_timeout if is_given(startup_timeout)
+                             else env_float("VEENA_STARTUP_TIMEOUT_S", 600.0)),
         )
         self._validate(self._opts)
         self._streams: "set[SynthesizeStream]" = set()
         self._prewarm_task: asyncio.Task | None = None
 
     def _validate(self, opts: _TTSOptions) -> None:
+        """Every option by type and range (ValueError) before any engine work."""
         opts.sampling(profile_sampling(self._profile))
-        if opts.max_chunks_in_flight < 1:
-            raise ValueError("max_chunks_in_flight must be >= 1")
-        if opts.chunk_crossfade_ms < 0:
-            raise ValueError("chunk_crossfade_ms must be >= 0")
+        if opts.seed is not None:
+            check_int("seed", opts.seed, 0, 2**63 - 1)
+        check_int("max_chunks_in_flight", opts.max_chunks_in_flight, 1, 64)
+        check_float("chunk_crossfade_ms", opts.chunk_crossfade_ms, 0.0, 1000.0)
+        check_float("startup_timeout", opts.startup_timeout, 0.0, lo_open=True)
 
     @property
     def model(self) -> str:
@@ -233,8 +245,10 @@ class TTS(tts.TTS):
 def _map_error(e: BaseException, audio_pushed: bool) -> APIError:
     if isinstance(e, APIError):
         return e
-    if isinstance(e, TurnTimeout):
+    if isinstance(e, (TurnTimeout, EngineStartingError)):
         return APITimeoutError(str(e), retryable=not audio_pushed)
+    if isinstance(e, EngineDeadError):  # nothing will succeed on this engine again
+        return APIConnectionError(str(e), retryable=False)
     if isinstance(e, EngineError):
         return APIConnectionError(str(e), retryable=not audio_pushed)
     return APIConnectionError(f"veena synthesis failed: {e!r}", retryable=not audio_pushed)

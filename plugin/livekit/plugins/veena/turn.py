@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from dataclasses import dataclass
 from typing import AsyncIterable, Callable
 
@@ -24,7 +25,7 @@ from .stitching import ChunkJoiner
 
 
 class TurnTimeout(TimeoutError):
-    """No audio arrived within the turn's timeout."""
+    """The turn made no progress for its timeout (see ``Synthesis.progress_at``)."""
 
 
 class TurnError(RuntimeError):
@@ -42,6 +43,10 @@ class TurnOptions:
     chunk_crossfade_ms: float = 15.0
     max_chunks_in_flight: int = 2
     timeout: float = 10.0
+    """Fail when the running chunk makes no progress for this long. Engine start-up and
+    queueing behind other requests do not count: they are bounded separately."""
+    startup_timeout: float | None = None
+    """How long to wait for the engine to start (None: ``EngineOptions.startup_timeout_s``)."""
 
 
 async def _until(event: asyncio.Event, task: asyncio.Task) -> None:
@@ -62,6 +67,8 @@ class Turn:
         self._first_syn = None
         self._first_started = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        self._syns: dict[int, object] = {}
+        self._chunk_started: dict[int, float] = {}
         self._slots = asyncio.Semaphore(options.max_chunks_in_flight)
         self.audio_pushed = False
         self.request_ids: list[str] = []
@@ -76,6 +83,7 @@ class Turn:
                 await self._await_first_globals()
             syn = self._p.synthesize(text, voice=self._opts.voice, sampling=self._opts.sampling,
                                      seed=self.seed, speaker_globals=self.speaker_globals)
+            self._syns[index] = syn
             if index == 0:
                 self._first_syn = syn
                 self._first_started.set()
@@ -117,24 +125,20 @@ class Turn:
             async for text in chunks:
                 await self._slots.acquire()
                 q: asyncio.Queue = asyncio.Queue()
+                self._chunk_started[index] = time.monotonic()
                 self._tasks.append(asyncio.create_task(self._prefetch(text, index, q),
                                                        name=f"veena-chunk-{index}"))
                 order.put_nowait(q)
                 index += 1
             order.put_nowait(None)
 
+        await self._p.start(self._opts.startup_timeout)
         joiner = ChunkJoiner(int(self._opts.chunk_crossfade_ms * self._p.sample_rate / 1000))
         scheduler = asyncio.create_task(schedule(), name="veena-turn-schedule")
         try:
+            index = 0
             while (q := await order.get()) is not None:
-                while True:
-                    try:
-                        item = await asyncio.wait_for(q.get(), self._opts.timeout)
-                    except asyncio.TimeoutError:
-                        raise TurnTimeout(
-                            f"no audio from the engine for {self._opts.timeout:.1f} s") from None
-                    if item is None:
-                        break
+                while (item := await self._next(q, index)) is not None:
                     if isinstance(item, BaseException):
                         raise item
                     pcm = joiner.push(item)
@@ -142,12 +146,33 @@ class Turn:
                         push(pcm)
                         self.audio_pushed = True
                 joiner.end_chunk()
+                index += 1
             tail = joiner.finish()
             if len(tail):
                 push(tail)
             await scheduler
         finally:
             await self.aclose(scheduler)
+
+    def _progress_at(self, index: int) -> float:
+        syn = self._syns.get(index)
+        if syn is not None:
+            return syn.progress_at()
+        # not started yet: it waits for chunk 0's globals, which is chunk 0's progress
+        first = self._syns.get(0)
+        started = self._chunk_started.get(index, time.monotonic())
+        return max(started, first.progress_at()) if first is not None else started
+
+    async def _next(self, q: asyncio.Queue, index: int):
+        """The chunk's next item; TurnTimeout once it has made no progress for ``timeout``."""
+        while True:
+            remaining = self._progress_at(index) + self._opts.timeout - time.monotonic()
+            if remaining <= 0:
+                raise TurnTimeout(f"no progress from the engine for {self._opts.timeout:.1f} s")
+            try:
+                return await asyncio.wait_for(q.get(), remaining)
+            except asyncio.TimeoutError:
+                continue
 
     async def aclose(self, *extra: asyncio.Task) -> None:
         tasks = [t for t in (*self._tasks, *extra) if not t.done()]

@@ -28,6 +28,29 @@ class ServerMetrics:
                                "Contexts cancelled or abandoned by their client", registry=r)
         self.finished = Counter("veena_requests_total", "Finished contexts by outcome",
                                 ["outcome"], registry=r)
+        self.queued_streams = Gauge("veena_queued_streams", "Streams waiting for a slot",
+                                    registry=r)
+        self.admitted_streams = Gauge("veena_admitted_streams", "Streams holding a slot",
+                                      registry=r)
+        self.stream_queue_wait = Histogram("veena_stream_queue_wait_seconds",
+                                           "Time a stream waited for a slot",
+                                           buckets=(0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                                                    10.0), registry=r)
+        self.rejected = Counter("veena_rejected_streams_total",
+                                "Streams or connections refused for capacity", ["reason"],
+                                registry=r)
+        self.slow_clients = Counter("veena_slow_clients_total",
+                                    "Connections closed because the client stopped reading",
+                                    registry=r)
+        self.buffered_bytes = Gauge("veena_buffered_bytes",
+                                    "Audio bytes waiting to be sent, all connections", registry=r)
+        self.connections = Gauge("veena_connections", "Open WebSocket connections", registry=r)
+        self.engine_up = Gauge("veena_engine_up", "1 while the engine serves, 0 otherwise",
+                               registry=r)
+
+    def on_admission(self, admitted: int, queued: int) -> None:
+        self.admitted_streams.set(admitted)
+        self.queued_streams.set(queued)
 
     def on_batch(self, size: int, wait_s: float, _decode_s: float) -> None:
         self.batch_size.observe(size)

@@ -8,8 +8,11 @@ Client -> server, JSON text frames, each naming a ``context_id`` (several may sh
   {"type": "cancel", "context_id": "c1"}
 ``continue: false`` ends the context's text. Server -> client: binary frames
 ``[1 byte n][n bytes context_id][int16 little-endian PCM]`` and exactly one terminal JSON
-event per context: ``done``, ``cancelled`` or ``error`` (``code``, ``message``). Errors that
-belong to no context carry ``"context_id": null``.
+event per context: ``done``, ``cancelled`` or ``error`` (``code``, ``message``,
+``retryable``). Errors that belong to no context carry ``"context_id": null``. While a
+context waits (engine start-up, a stream slot, vLLM's queue) and sends nothing else, the
+server sends ``{"type": "waiting", "context_id": ...}`` every keep-alive interval, so a
+client's read timeout measures a silent server, not a busy one.
 """
 
 from __future__ import annotations
@@ -18,7 +21,49 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..validation import is_int
+
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "min_tokens")
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    status: int
+    """The HTTP status this code answers with (and the plugin's ``APIStatusError`` code)."""
+    retryable: bool
+    """Worth retrying (here or on another replica): capacity and transient engine faults."""
+
+    @property
+    def client_error(self) -> bool:
+        return 400 <= self.status < 500
+
+
+ERROR_CODES: dict[str, ErrorCode] = {
+    # the client's fault: never retried
+    "bad_json": ErrorCode(400, False),
+    "bad_message": ErrorCode(400, False),
+    "bad_field": ErrorCode(400, False),
+    "bad_request": ErrorCode(400, False),
+    "missing_field": ErrorCode(400, False),
+    "unknown_type": ErrorCode(400, False),
+    "empty_input": ErrorCode(400, False),
+    "invalid_globals": ErrorCode(400, False),
+    "unauthorized": ErrorCode(401, False),
+    "unknown_context": ErrorCode(404, False),
+    "context_ended": ErrorCode(409, False),
+    "text_too_long": ErrorCode(400, False),
+    "message_too_large": ErrorCode(400, False),
+    "too_many_contexts": ErrorCode(429, False),
+    "slow_client": ErrorCode(408, False),
+    # the server's state: retry later or elsewhere
+    "overloaded": ErrorCode(503, True),
+    "starting": ErrorCode(503, True),
+    "engine_error": ErrorCode(502, True),
+    "timeout": ErrorCode(504, True),
+    "internal_error": ErrorCode(500, True),
+    # the engine is gone: this replica will not recover (its supervisor replaces it)
+    "engine_dead": ErrorCode(503, False),
+}
 
 
 class ProtocolError(ValueError):
@@ -52,7 +97,7 @@ def parse_client_message(raw: str) -> ClientMessage:
     if not isinstance(msg, dict):
         raise ProtocolError("bad_message", "message must be a JSON object")
     cid = msg.get("context_id")
-    if not isinstance(cid, str) or not cid or len(cid.encode()) > 255:
+    if not isinstance(cid, str) or not cid or not _utf8(cid) or len(cid.encode()) > 255:
         raise ProtocolError("missing_field", "context_id must be a non-empty string (<= 255 bytes)")
     kind = msg.get("type")
     if kind in ("flush", "cancel"):
@@ -60,25 +105,36 @@ def parse_client_message(raw: str) -> ClientMessage:
     if kind != "speak":
         raise ProtocolError("unknown_type", f"unknown message type {kind!r}", cid)
     text = msg.get("text", "")
-    if not isinstance(text, str):
-        raise ProtocolError("bad_field", "text must be a string", cid)
+    if not isinstance(text, str) or not _utf8(text):
+        raise ProtocolError("bad_field", "text must be a (valid Unicode) string", cid)
     more = msg.get("continue", False)
     if not isinstance(more, bool):
         raise ProtocolError("bad_field", "continue must be true or false", cid)
-    sampling = msg.get("sampling") or {}
+    sampling = msg.get("sampling")
+    if sampling is None:
+        sampling = {}
     if not isinstance(sampling, dict) or set(sampling) - set(SAMPLING_FIELDS):
         raise ProtocolError("bad_field", f"sampling may only set {', '.join(SAMPLING_FIELDS)}", cid)
     seed = msg.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+    if seed is not None and not is_int(seed):
         raise ProtocolError("bad_field", "seed must be an integer", cid)
     globals_ = msg.get("speaker_globals")
     if globals_ is not None and (not isinstance(globals_, list)
-                                 or not all(isinstance(g, int) for g in globals_)):
+                                 or not all(is_int(g) for g in globals_)):
         raise ProtocolError("invalid_globals", "speaker_globals must be a list of integers", cid)
     voice = msg.get("voice")
     if voice is not None and not isinstance(voice, str):
         raise ProtocolError("bad_field", "voice must be a string", cid)
     return ClientMessage("speak", cid, text, more, voice, seed, sampling, globals_)
+
+
+def _utf8(text: str) -> bool:
+    """JSON may carry lone surrogates ("\\ud800") that no UTF-8 encoder or tokenizer takes."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def encode_audio(context_id: str, pcm: bytes) -> bytes:
@@ -94,4 +150,9 @@ def decode_audio(frame: bytes) -> tuple[str, bytes]:
 
 
 def error_event(context_id: str | None, code: str, message: str) -> dict[str, Any]:
-    return {"type": "error", "context_id": context_id, "code": code, "message": message}
+    return {"type": "error", "context_id": context_id, "code": code, "message": message,
+            "retryable": ERROR_CODES[code].retryable}
+
+
+def waiting_event(context_id: str) -> dict[str, Any]:
+    return {"type": "waiting", "context_id": context_id}

@@ -1,0 +1,87 @@
+"""The engine core process killed under a running stream: the stream ends with a
+non-retryable ``engine_dead`` within 2 s, health says so, new work is refused, and the
+server exits non-zero so its supervisor replaces it. Nothing hangs."""
+
+import asyncio
+import json
+import signal
+import time
+
+import aiohttp
+import psutil
+import pytest
+from livekit.agents import APIConnectOptions, APIError
+
+from livekit.plugins import veena
+from livekit.plugins.veena.server.app import ENGINE_DEAD_EXIT_CODE
+from livekit.plugins.veena.server.protocol import decode_audio
+
+from .conftest import spawn_server
+
+pytestmark = pytest.mark.engine
+HANG_GUARD_S = 120  # only against a hang
+
+
+def _engine_cores(pid: int) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if "EngineCore" in child.name() or "EngineCore" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+async def _wait_exit(proc) -> int:
+    while proc.poll() is None:  # the server's own grace period, then it exits
+        await asyncio.sleep(0.2)
+    return proc.returncode
+
+
+async def test_engine_core_killed_mid_stream(tiny_model_dir):
+    async with spawn_server(tiny_model_dir, VEENA_ENGINE_DEAD_EXIT_S="20") as (proc, url):
+        cores = _engine_cores(proc.pid)
+        assert len(cores) == 1, cores
+        ws_url = url.replace("http://", "ws://") + "/v1/stream"
+        async with aiohttp.ClientSession() as s:
+            ws = await s.ws_connect(ws_url)
+            await ws.send_json({"type": "speak", "context_id": "a", "continue": False,
+                                "text": "A long reply that the engine will not finish. " * 3,
+                                "sampling": {"max_tokens": 1400}})
+            while (await ws.receive(timeout=HANG_GUARD_S)).type != aiohttp.WSMsgType.BINARY:
+                pass
+            cores[0].send_signal(signal.SIGKILL)
+            killed = time.perf_counter()
+            while True:
+                msg = await ws.receive(timeout=HANG_GUARD_S)
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    assert decode_audio(msg.data)[0] == "a"
+                    continue
+                event = json.loads(msg.data)
+                if event["type"] != "waiting":
+                    break
+            assert time.perf_counter() - killed < 2.0
+            assert event["type"] == "error" and event["code"] == "engine_dead", event
+            assert event["retryable"] is False
+            for path in ("/ready", "/health"):
+                async with s.get(url + path) as r:
+                    body = await r.json()
+                    assert r.status == 503 and body["engine"] == "dead" and body["reason"], body
+            # a new context on the open socket, and a new connection: both refused
+            await ws.send_json({"type": "speak", "context_id": "b", "text": "Hello.",
+                                "continue": False})
+            while (event := json.loads((await ws.receive(timeout=HANG_GUARD_S)).data))["type"] == "waiting":
+                pass
+            assert event["code"] == "engine_dead"
+            await ws.close()
+            with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+                await s.ws_connect(ws_url)
+            assert info.value.status == 503
+            async with s.post(url + "/v1/audio/speech", json={"input": "Hello."}) as r:
+                assert r.status == 503 and (await r.json())["error"]["code"] == "engine_dead"
+        t = veena.TTS(base_url=ws_url)
+        with pytest.raises(APIError):
+            await t.synthesize("Hello.", conn_options=APIConnectOptions(max_retry=0)).collect()
+        await t.aclose()
+        assert await asyncio.wait_for(_wait_exit(proc), HANG_GUARD_S) == ENGINE_DEAD_EXIT_CODE

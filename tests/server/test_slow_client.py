@@ -1,0 +1,88 @@
+"""A client that stops reading: the server's buffered audio stays within its bound, the
+client's contexts are cancelled (vLLM request aborted, windows dropped) and its socket is
+closed. No clock decides when; only the bytes the client leaves unread."""
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import struct
+
+import aiohttp
+import pytest
+
+from livekit.plugins.veena.server.app import ServerOptions
+
+from ..helpers import engine_settled
+from .conftest import serve
+
+pytestmark = pytest.mark.engine
+BUFFER_LIMIT = 128 << 10
+
+
+def _frame(text: str) -> bytes:
+    """One masked client text frame (RFC 6455)."""
+    payload = text.encode()
+    mask = os.urandom(4)
+    n = len(payload)
+    head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n))
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def _open_non_reader(port: int) -> socket.socket:
+    """A WebSocket client with a tiny receive window that will never read after the
+    handshake."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                  "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+async def _metric(session, url, name):
+    async with session.get(url + "/metrics") as r:
+        text = await r.text()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#"))
+
+
+async def test_non_reading_client_is_cut_off_with_bounded_buffers(pipeline):
+    opts = ServerOptions(slow_client_s=1.0, max_connection_buffer_bytes=BUFFER_LIMIT,
+                         socket_send_buffer_bytes=16 << 10)
+    async with serve(pipeline, opts) as url, aiohttp.ClientSession() as s:
+        port = int(url.rsplit(":", 1)[1])
+        sock = _open_non_reader(port)
+        # 1400 tokens = 200 SNAC frames = 800 KB of audio: far more than every buffer holds
+        for cid in ("a", "b"):
+            sock.sendall(_frame(json.dumps({
+                "type": "speak", "context_id": cid, "continue": False,
+                "text": "A long answer nobody is listening to. " * 4,
+                "sampling": {"max_tokens": 1400}})))
+        peak = 0
+        while await _metric(s, url, "veena_slow_clients_total") < 1:
+            peak = max(peak, await _metric(s, url, "veena_buffered_bytes"))
+            await asyncio.sleep(0.05)
+        assert peak <= BUFFER_LIMIT
+        while await _metric(s, url, 'veena_requests_total{outcome="slow_client"}') < 2:
+            await asyncio.sleep(0.05)
+        assert await _metric(s, url, 'veena_requests_total{outcome="done"}') == 0
+        assert await engine_settled(pipeline, timeout=30) and pipeline.scheduler.pending == 0
+        assert await _metric(s, url, "veena_buffered_bytes") == 0
+        assert await _metric(s, url, "veena_connections") == 0
+        # the server closed the socket: reading what was in flight ends in EOF or a reset
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        try:
+            while await loop.sock_recv(sock, 65536):
+                pass
+        except ConnectionResetError:
+            pass
+        sock.close()
