@@ -30,19 +30,22 @@ def _frame(text: str) -> bytes:
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-def _open_non_reader(port: int) -> socket.socket:
+async def _open_non_reader(port: int) -> socket.socket:
     """A WebSocket client with a tiny receive window that will never read after the
-    handshake."""
+    handshake (the server runs on this same event loop: every socket call is async)."""
+    loop = asyncio.get_running_loop()
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    await loop.sock_connect(sock, ("127.0.0.1", port))
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                  "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+    await loop.sock_sendall(sock, (
+        f"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n").encode())
     head = b""
     while b"\r\n\r\n" not in head:
-        head += sock.recv(1)
+        head += await loop.sock_recv(sock, 1)
     assert head.startswith(b"HTTP/1.1 101"), head
     return sock
 
@@ -59,10 +62,11 @@ async def test_non_reading_client_is_cut_off_with_bounded_buffers(pipeline):
                          socket_send_buffer_bytes=16 << 10)
     async with serve(pipeline, opts) as url, aiohttp.ClientSession() as s:
         port = int(url.rsplit(":", 1)[1])
-        sock = _open_non_reader(port)
+        sock = await _open_non_reader(port)
+        loop = asyncio.get_running_loop()
         # 1400 tokens = 200 SNAC frames = 800 KB of audio: far more than every buffer holds
         for cid in ("a", "b"):
-            sock.sendall(_frame(json.dumps({
+            await loop.sock_sendall(sock, _frame(json.dumps({
                 "type": "speak", "context_id": cid, "continue": False,
                 "text": "A long answer nobody is listening to. " * 4,
                 "sampling": {"max_tokens": 1400}})))
@@ -78,8 +82,6 @@ async def test_non_reading_client_is_cut_off_with_bounded_buffers(pipeline):
         assert await _metric(s, url, "veena_buffered_bytes") == 0
         assert await _metric(s, url, "veena_connections") == 0
         # the server closed the socket: reading what was in flight ends in EOF or a reset
-        sock.setblocking(False)
-        loop = asyncio.get_running_loop()
         try:
             while await loop.sock_recv(sock, 65536):
                 pass
