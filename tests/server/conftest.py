@@ -47,9 +47,10 @@ def _free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def spawn_server(model_dir: str, **env: str):
+async def spawn_server(model_dir: str, wait_for: str = "/ready", **env: str):
     """``veena-tts serve`` as its own process (own engine); yields (process, http URL) once
-    it answers /ready. Killed with its whole process group at the end."""
+    ``wait_for`` answers 200 (``/health``: the server is up, its engine still starting).
+    Killed with its whole process group at the end."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "livekit.plugins.veena.cli", "serve", "--model", model_dir,
@@ -62,7 +63,7 @@ async def spawn_server(model_dir: str, **env: str):
             while True:  # engine start: a minute or more here, however long it takes
                 assert proc.poll() is None, "server exited during start-up"
                 try:
-                    async with s.get(url + "/ready") as r:
+                    async with s.get(url + wait_for) as r:
                         if r.status == 200:
                             break
                 except aiohttp.ClientError:

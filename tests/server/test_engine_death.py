@@ -1,6 +1,7 @@
-"""The engine core process killed under a running stream: the stream ends with a
-non-retryable ``engine_dead`` within 2 s, health says so, new work is refused, and the
-server exits non-zero so its supervisor replaces it. Nothing hangs."""
+"""One server's life: a request that arrives while its engine starts waits for it; then the
+engine core process is killed under a running stream: the stream ends with a non-retryable
+``engine_dead`` within 2 s, health says so, new work is refused, and the server exits
+non-zero so its supervisor replaces it. Nothing hangs."""
 
 import asyncio
 import json
@@ -39,11 +40,19 @@ async def _wait_exit(proc) -> int:
     return proc.returncode
 
 
-async def test_engine_core_killed_mid_stream(tiny_model_dir):
-    async with spawn_server(tiny_model_dir, VEENA_ENGINE_DEAD_EXIT_S="20") as (proc, url):
+async def test_warm_up_then_engine_core_killed_mid_stream(tiny_model_dir):
+    async with spawn_server(tiny_model_dir, wait_for="/health",
+                            VEENA_ENGINE_DEAD_EXIT_S="20") as (proc, url):
+        ws_url = url.replace("http://", "ws://") + "/v1/stream"
+        # up, engine still starting (tens of seconds here): with the default conn_options
+        # (10 s) the request waits for the engine, since the server keeps it informed
+        early = veena.TTS(base_url=ws_url, max_tokens_per_chunk=35)
+        frame = await early.synthesize("Hello while warming up.").collect()
+        assert frame.samples_per_channel > 0
+        await early.aclose()
+
         cores = _engine_cores(proc.pid)
         assert len(cores) == 1, cores
-        ws_url = url.replace("http://", "ws://") + "/v1/stream"
         async with aiohttp.ClientSession() as s:
             ws = await s.ws_connect(ws_url)
             await ws.send_json({"type": "speak", "context_id": "a", "continue": False,

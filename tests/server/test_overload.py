@@ -100,7 +100,7 @@ async def test_fallback_adapter_moves_on_when_the_server_is_full(pipeline):
         async with s.ws_connect(_ws(url)) as ws:
             await ws.send_json({**_speak("busy", 1), "sampling": {"max_tokens": 1400},
                                 "text": "A long answer that holds the only slot. " * 3})
-            while (msg := await ws.receive(timeout=HANG_GUARD_S)).type != aiohttp.WSMsgType.BINARY:
+            while (await ws.receive(timeout=HANG_GUARD_S)).type != aiohttp.WSMsgType.BINARY:
                 pass
             remote = veena.TTS(base_url=_ws(url), max_tokens_per_chunk=35)
             local = veena.TTS(pipeline=pipeline, max_tokens_per_chunk=35, seed=3)

@@ -11,13 +11,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import logging
 import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
-
-logger = logging.getLogger(__name__)
-
 
 class Overloaded(RuntimeError):
     """No slot now and no room (or no time left) in the wait queue."""
@@ -62,11 +58,8 @@ class Admission:
         return Overloaded(message, reason, retry_after_s=1.0)
 
     @contextlib.asynccontextmanager
-    async def slot(self, on_queued: Callable[[float], None] = lambda max_wait_s: None
-                   ) -> AsyncIterator[None]:
-        """Hold one stream slot for the body; raise ``Overloaded`` when none can be had.
-
-        ``on_queued`` is called once if the stream has to wait, with the longest wait."""
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one stream slot for the body; raise ``Overloaded`` when none can be had."""
         opts = self.options
         if self.active >= opts.max_active or self._waiters:
             if len(self._waiters) >= opts.max_queued:
@@ -75,7 +68,6 @@ class Admission:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             self._changed()
-            on_queued(opts.max_queue_wait_s)
             started = time.monotonic()
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), opts.max_queue_wait_s)

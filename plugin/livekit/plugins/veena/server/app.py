@@ -198,27 +198,25 @@ def _turn_options(pipeline: Pipeline, opts: ServerOptions, voice: Any, sampling:
                        startup_timeout=pipeline.engine.options.startup_timeout_s)
 
 
+_CODE_BY_TYPE: tuple[tuple[type[BaseException], str], ...] = (
+    (EngineDeadError, "engine_dead"),  # before its base class EngineError
+    (EngineStartingError, "starting"),
+    (EngineError, "engine_error"),
+    (Overloaded, "overloaded"),
+    (TurnTimeout, "timeout"),
+    (ValueError, "bad_request"),
+)
+
+
 def _error_code(e: BaseException) -> str:
-    """The protocol code of a failure, by its type."""
-    if isinstance(e, EngineDeadError):
-        return "engine_dead"
-    if isinstance(e, EngineStartingError):
-        return "starting"
-    if isinstance(e, EngineError):
-        return "engine_error"
-    if isinstance(e, Overloaded):
-        return "overloaded"
-    if isinstance(e, TurnTimeout):
-        return "timeout"
-    if isinstance(e, ValueError):
-        return "bad_request"
-    return "internal_error"
+    """The protocol code of a failure, by its type (most specific first)."""
+    return next((code for kind, code in _CODE_BY_TYPE if isinstance(e, kind)), "internal_error")
 
 
-async def _admitted(state: _ServerState, on_queued: Callable[[float], None] = lambda s: None):
-    """Wait for the engine (bounded by its start-up timeout), then for a stream slot."""
+async def _admitted(state: _ServerState):
+    """Wait for the engine (bounded by its start-up timeout); return the stream-slot holder."""
     await state.pipeline.start(state.pipeline.engine.options.startup_timeout_s)
-    return state.admission.slot(on_queued)
+    return state.admission.slot()
 
 
 class _Outbox:
@@ -249,19 +247,16 @@ class _Outbox:
             self._count(len(item))
         self._items.put_nowait(item)
 
-    async def get(self) -> bytes | dict:
-        item = await self._items.get()
+    def _taken(self, item: bytes | dict) -> bytes | dict:
         if isinstance(item, bytes):
             self._count(-len(item))
         return item
 
+    async def get(self) -> bytes | dict:
+        return self._taken(await self._items.get())
+
     def get_nowait(self) -> bytes | dict | None:
-        if self._items.empty():
-            return None
-        item = self._items.get_nowait()
-        if isinstance(item, bytes):
-            self._count(-len(item))
-        return item
+        return None if self._items.empty() else self._taken(self._items.get_nowait())
 
     def discard(self) -> None:
         """Forget what is still queued (the connection is gone)."""
@@ -549,7 +544,6 @@ def _speech_request(body: Any, state: _ServerState) -> _SpeechRequest:
 async def _speech(request: web.Request) -> web.StreamResponse:
     """OpenAI-compatible ``POST /v1/audio/speech`` (plus ``seed`` and ``sampling``)."""
     state = _state(request)
-    pipeline, metrics = state.pipeline, state.metrics
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
