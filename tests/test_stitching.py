@@ -58,3 +58,39 @@ def test_stitcher_rejects_gaps():
     s = Stitcher(SPF, 0)
     with pytest.raises(ValueError):
         s.push(Window(2, 4, 2, 4), np.zeros(2 * SPF, np.float32))
+
+
+def test_chunk_joiner_crossfades_each_seam_and_keeps_float():
+    from livekit.plugins.veena.stitching import ChunkJoiner
+
+    fade = 8
+    joiner = ChunkJoiner(fade)
+    a = np.full(100, 0.5, dtype=np.float32)
+    b = np.full(60, -0.25, dtype=np.float32)
+    out = [joiner.push(a[:30]), joiner.push(a[30:])]
+    joiner.end_chunk()
+    out += [joiner.push(b), joiner.finish()]
+    audio = np.concatenate(out)
+    assert audio.dtype == np.float32 and all(o.dtype == np.float32 for o in out)
+    assert len(audio) == len(a) + len(b) - fade  # one crossfade, no gap
+    assert np.allclose(audio[: len(a) - fade], 0.5) and np.allclose(audio[len(a):], -0.25)
+    seam = audio[len(a) - fade : len(a)]
+    assert np.all(np.diff(seam) < 0) and 0.5 > seam[0] and seam[-1] > -0.25  # a ramp, no step
+    assert len(joiner.finish()) == 0  # nothing is held after finish
+
+
+def test_chunk_joiner_short_chunks_and_no_crossfade():
+    from livekit.plugins.veena.stitching import ChunkJoiner
+
+    joiner = ChunkJoiner(0)
+    parts = [joiner.push(np.ones(5, np.float32))]
+    joiner.end_chunk()
+    parts.append(joiner.push(np.zeros(3, np.float32)))
+    assert len(np.concatenate(parts + [joiner.finish()])) == 8
+    joiner = ChunkJoiner(16)  # chunks shorter than the crossfade still add up
+    total = 0
+    for n in (4, 7, 30):
+        total += len(joiner.push(np.full(n, 0.1, np.float32)))
+        joiner.end_chunk()
+    total += len(joiner.finish())
+    assert total == 4 + 7 + 30 - 4 - 7  # each short chunk fades entirely into the next

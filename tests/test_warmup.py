@@ -53,6 +53,6 @@ async def test_cold_start_waits_for_one_engine(tiny_model_dir, monkeypatch):
         await stream.aclose()
         assert _engine_cores() == before + 1
     finally:
-        pipeline = veena_tts._PIPELINES.pop(tiny_model_dir, None)
+        pipeline = veena_tts._PIPELINES.pop((tiny_model_dir, None), None)
         if pipeline is not None:
             await pipeline.aclose()

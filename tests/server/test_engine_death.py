@@ -15,7 +15,7 @@ from livekit.agents import APIConnectOptions, APIError
 
 from livekit.plugins import veena
 from livekit.plugins.veena.server.app import ENGINE_DEAD_EXIT_CODE
-from livekit.plugins.veena.server.protocol import decode_audio
+from livekit.plugins.veena.protocol import decode_audio
 
 from .conftest import spawn_server
 

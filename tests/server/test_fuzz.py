@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from livekit.plugins.veena.engine import SamplingOptions
-from livekit.plugins.veena.server.protocol import ERROR_CODES, decode_audio
+from livekit.plugins.veena.protocol import ERROR_CODES, decode_audio
 
 from ..helpers import engine_settled
 from .conftest import API_KEY

@@ -12,7 +12,7 @@ from livekit.agents import APIConnectOptions, tts
 
 from livekit.plugins import veena
 from livekit.plugins.veena.server.app import ServerOptions
-from livekit.plugins.veena.server.protocol import decode_audio
+from livekit.plugins.veena.protocol import decode_audio
 
 from ..helpers import engine_settled
 from .conftest import serve

@@ -10,7 +10,7 @@ import pytest
 from livekit.agents import APIConnectOptions, APIStatusError
 
 from livekit.plugins import veena
-from livekit.plugins.veena.server.protocol import decode_audio
+from livekit.plugins.veena.protocol import decode_audio
 
 from ..helpers import engine_settled
 from .conftest import API_KEY

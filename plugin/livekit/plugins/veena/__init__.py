@@ -4,17 +4,20 @@
 from livekit.agents import Plugin
 
 from .chunking import ChunkerOptions
-from .engine import EngineOptions, SamplingOptions
+from .engine import EngineDeadError, EngineOptions, SamplingOptions
+from .families import ModelFamily, register_family
 from .log import logger
 from .pipeline import Pipeline, PipelineOptions
-from .profiles import ORPHEUS, VEENA, VEENA3, BiCodecProfile, SnacProfile, get_profile
+from .profiles import (ORPHEUS, VEENA, VEENA3, BiCodecProfile, SnacProfile, get_profile,
+                       register_profile)
 from .tts import TTS, ChunkedStream, SynthesizeStream
 from .version import __version__
 
 __all__ = [
     "TTS", "ChunkedStream", "SynthesizeStream", "Pipeline", "PipelineOptions", "EngineOptions",
     "SamplingOptions", "ChunkerOptions", "SnacProfile", "BiCodecProfile", "VEENA", "ORPHEUS",
-    "VEENA3", "get_profile", "__version__",
+    "VEENA3", "get_profile", "register_profile", "ModelFamily", "register_family",
+    "EngineDeadError", "__version__",
 ]
 
 

@@ -28,7 +28,8 @@ def _setup_logging(verbose: bool) -> None:
 
 def _resolve_model(model: str | None) -> str:
     """The model to speak with: --model, else VEENA_MODEL, else the tiny random model."""
-    from .tiny_model import MANIFEST, make_tiny_model
+    from .profiles import MANIFEST
+    from .tiny_model import make_tiny_model
 
     model = model or os.environ.get("VEENA_MODEL")
     if model:
@@ -46,6 +47,7 @@ def _resolve_model(model: str | None) -> str:
 
 async def _say(args: argparse.Namespace) -> int:
     from .pipeline import Pipeline
+    from .stitching import to_int16
 
     pipeline = Pipeline.from_model(_resolve_model(args.model), profile=args.profile)
     try:
@@ -64,7 +66,7 @@ async def _say(args: argparse.Namespace) -> int:
             wav.setsampwidth(2)
             wav.setframerate(pipeline.sample_rate)
             async for chunk in syn:
-                wav.writeframes(chunk.pcm.tobytes())
+                wav.writeframes(to_int16(chunk.pcm).tobytes())
                 if syn.timings.audio_seconds - last_report >= 0.5 or chunk.final:
                     last_report = syn.timings.audio_seconds
                     logger.info("progress: %.2f s of audio", syn.timings.audio_seconds,

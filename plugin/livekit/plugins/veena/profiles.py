@@ -1,18 +1,30 @@
 """Model profiles: every per-model fact (prompt format, token ids, voices, codec) in one place.
 
 The pipeline never hard-codes a token id; it asks the profile. Users override any field with
-``dataclasses.replace(VEENA, voices=(...))`` or register their own profile.
+``with_overrides(VEENA, voices=(...))`` and make their own profile known by name with
+``register_profile``. A profile's ``codec`` field picks its model family (``families``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol, Sequence
 
 from .validation import check_int_list, check_str
 
 CodecKind = Literal["snac", "bicodec"]
+
+MANIFEST = "veena_tts.json"
+"""A file beside a model's weights naming its profile and codec folder."""
+
+
+def read_manifest(model: str) -> dict[str, Any]:
+    """The model folder's ``veena_tts.json`` (empty for a hub id or a folder without one)."""
+    path = Path(model) / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 class TokenizerLike(Protocol):
@@ -208,6 +220,12 @@ def get_profile(name: str) -> ModelProfile:
         raise ValueError(
             f"unknown model profile {name!r}; known profiles: {', '.join(PROFILES)}"
         ) from None
+
+
+def register_profile(profile: Any) -> Any:
+    """Make ``profile`` known by its name (``get_profile``, ``VEENA_PROFILE``, manifests)."""
+    PROFILES[profile.name] = profile
+    return profile
 
 
 def with_overrides(profile: ModelProfile, **changes: object) -> ModelProfile:

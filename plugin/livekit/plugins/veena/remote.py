@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any, AsyncIterable, Callable
 
 import aiohttp
-import numpy as np
 from livekit.agents import APIConnectionError, APIError, APIStatusError, APITimeoutError, utils
 
 from .log import logger
-from .server.protocol import ERROR_CODES, decode_audio
+from .protocol import (ERROR_CODES, ProtocolError, cancel_message, decode_audio, flush_message,
+                       parse_server_event, speak_message)
+from .validation import is_int
 
 FLUSH = object()
 """Marker in a remote text stream: speak what is buffered now."""
@@ -45,18 +45,46 @@ class RemoteClient:
         self.url = url if url.endswith("/v1/stream") else url + "/v1/stream"
         self._api_key = api_key
         self._session: aiohttp.ClientSession | None = None
+        base = self.url[: -len("/v1/stream")]
+        self._ready_url = base.replace("ws://", "http://", 1).replace("wss://", "https://", 1) + "/ready"
+        self._sample_rate: int | None = None
         self.pool = utils.ConnectionPool[aiohttp.ClientWebSocketResponse](
             connect_cb=self._connect, close_cb=self._close,
             max_session_duration=max_session_duration, mark_refreshed_on_get=True,
         )
 
-    async def _connect(self, timeout: float) -> aiohttp.ClientWebSocketResponse:
+    def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        return self._session
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    async def sample_rate(self, timeout: float) -> int | None:
+        """The server's sample rate from its ``/ready`` (asked once, then remembered);
+        None where the server does not say (an older or foreign server)."""
+        async def ask() -> object:
+            async with self._http().get(self._ready_url, headers=self._headers) as r:
+                return await r.json(content_type=None) if r.status in (200, 503) else {}
+
+        if self._sample_rate is None:
+            try:
+                body = await asyncio.wait_for(ask(), timeout)
+            except asyncio.TimeoutError:
+                raise APITimeoutError(f"no answer from {self._ready_url} in {timeout} s") from None
+            except (aiohttp.ClientError, ValueError) as e:
+                raise APIConnectionError(f"cannot reach {self._ready_url}: {e!r}") from e
+            rate = body.get("sample_rate") if isinstance(body, dict) else None
+            if is_int(rate) and 8000 <= rate <= 192000:
+                self._sample_rate = int(rate)
+        return self._sample_rate
+
+    async def _connect(self, timeout: float) -> aiohttp.ClientWebSocketResponse:
         try:
             return await asyncio.wait_for(
-                self._session.ws_connect(self.url, headers=headers, heartbeat=30), timeout)
+                self._http().ws_connect(self.url, headers=self._headers, heartbeat=30), timeout)
         except asyncio.TimeoutError:  # before OSError: TimeoutError is an OSError
             raise APITimeoutError(f"no WebSocket handshake from {self.url} in {timeout} s") from None
         except aiohttp.WSServerHandshakeError as e:
@@ -82,9 +110,10 @@ class RemoteClient:
             await self._session.close()
 
     async def speak(self, texts: AsyncIterable[Any], first_message: dict[str, Any],
-                    push: Callable[[np.ndarray], None], timeout: float,
+                    push: Callable[[bytes], None], timeout: float,
                     on_started: Callable[[], None] = lambda: None) -> None:
-        """Send ``texts`` (strings or FLUSH) as one context and push its audio until done."""
+        """Send ``texts`` (strings or FLUSH) as one context and push its int16 PCM bytes
+        until it is done."""
         cid = utils.shortuuid()
         async with self.pool.connection(timeout=timeout) as ws:
             sender = asyncio.create_task(self._send(ws, cid, texts, first_message, on_started))
@@ -99,26 +128,27 @@ class RemoteClient:
                     if msg.type == aiohttp.WSMsgType.BINARY:
                         ctx, pcm = decode_audio(msg.data)
                         if ctx == cid and pcm:
-                            push(np.frombuffer(pcm, dtype=np.int16))
+                            push(pcm)
                             pushed = True
                         continue
                     if msg.type != aiohttp.WSMsgType.TEXT:
                         raise APIConnectionError("the veena server closed the connection",
                                                  retryable=not pushed)
-                    event = json.loads(msg.data)
-                    if event.get("context_id") not in (cid, None):
+                    try:
+                        event = parse_server_event(msg.data)
+                    except ProtocolError as e:
+                        raise APIConnectionError(f"veena server: {e}", retryable=not pushed) from e
+                    if event.context_id not in (cid, None):
                         continue  # a stale context on this pooled socket
-                    kind = event.get("type")
-                    if kind in ("done", "cancelled"):
+                    if event.type in ("done", "cancelled"):
                         if sender.done() and sender.exception():
                             raise sender.exception()
                         return
-                    if kind == "error":
-                        raise server_error(event.get("code", ""), event.get("message", ""),
-                                           event, pushed)
+                    if event.type == "error":
+                        raise server_error(event.code, event.message, event.raw, pushed)
             except asyncio.CancelledError:
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(ws.send_json({"type": "cancel", "context_id": cid}))
+                    await asyncio.shield(ws.send_json(cancel_message(cid)))
                 logger.debug("cancelled remote context", extra={"context_id": cid})
                 raise
             finally:
@@ -133,17 +163,12 @@ class RemoteClient:
         async for item in texts:
             if item is FLUSH:
                 if opened:
-                    await ws.send_json({"type": "flush", "context_id": cid})
+                    await ws.send_json(flush_message(cid))
                 continue
             if not item:
                 continue
-            msg = {"type": "speak", "context_id": cid, "text": item, "continue": True}
+            await ws.send_json(speak_message(cid, item, True, None if opened else first))
             if not opened:
-                msg.update(first)
                 opened = True
                 on_started()
-            await ws.send_json(msg)
-        end = {"type": "speak", "context_id": cid, "text": "", "continue": False}
-        if not opened:
-            end.update(first)
-        await ws.send_json(end)
+        await ws.send_json(speak_message(cid, "", False, None if opened else first))

@@ -1,4 +1,5 @@
-"""One decode scheduler per process: batches same-shape windows from every live request.
+"""The decode scheduler of a pipeline (one per engine and codec, so one per process in normal
+use): batches same-shape windows from every live request of that pipeline.
 
 A window is a cancellable unit of work: cancelling a request (or the task awaiting its
 window) removes its pending windows before they reach the codec. The codec runs on one

@@ -57,11 +57,12 @@ class Stitcher:
 
 
 class ChunkJoiner:
-    """Joins the audio of consecutive text chunks of one turn with a short crossfade.
+    """Joins the (float) audio of consecutive text chunks of one turn with a short crossfade.
 
     The last ``crossfade`` samples of a chunk are held back and faded into the first
     samples of the next chunk, so the seam between two requests has no click and no gap.
-    ``finish`` releases the held samples of the last chunk.
+    ``finish`` releases the held samples of the last chunk. Audio stays float: it is
+    rounded to int16 once, at the plugin or server edge.
     """
 
     def __init__(self, crossfade_samples: int) -> None:
@@ -70,7 +71,7 @@ class ChunkJoiner:
         self._fade_in = np.zeros(0, dtype=np.float32)  # held tail awaiting the next chunk
 
     def push(self, pcm: np.ndarray) -> np.ndarray:
-        audio = pcm.astype(np.float32) / 32767.0
+        audio = pcm.astype(np.float32, copy=False)
         if len(self._fade_in):
             n = min(len(self._fade_in), len(audio))
             audio = np.concatenate([crossfade(self._fade_in[:n], audio[:n]), audio[n:]])
@@ -78,7 +79,7 @@ class ChunkJoiner:
         audio = np.concatenate([self._held, audio])
         cut = max(0, len(audio) - self.crossfade)
         self._held = audio[cut:]
-        return to_int16(audio[:cut])
+        return audio[:cut]
 
     def end_chunk(self) -> None:
         """The current chunk is complete: its held tail fades into the next chunk."""
@@ -88,4 +89,4 @@ class ChunkJoiner:
     def finish(self) -> np.ndarray:
         rest = np.concatenate([self._fade_in, self._held])
         self._fade_in = self._held = np.zeros(0, dtype=np.float32)
-        return to_int16(rest)
+        return rest

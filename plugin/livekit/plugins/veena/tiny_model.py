@@ -13,12 +13,9 @@ import json
 import logging
 from pathlib import Path
 
-from .profiles import BiCodecProfile, ModelProfile, SnacProfile, get_profile
+from .profiles import MANIFEST, BiCodecProfile, ModelProfile, SnacProfile, get_profile
 
 logger = logging.getLogger(__name__)
-
-MANIFEST = "veena_tts.json"
-"""Written beside a model: names its profile and where its codec weights lie."""
 
 _CORPUS = [
     "Hello, this is a small test of the streaming speech pipeline.",
@@ -140,14 +137,26 @@ def _write_snac_codec(out: Path, seed: int) -> None:
     torch.save(SNAC(**SNAC_24KHZ_CONFIG).state_dict(), out / "pytorch_model.bin")
 
 
-def _make_snac_model(profile: SnacProfile, out: Path, seed: int) -> None:
-    vocab_size = profile.vocab_end + (-profile.vocab_end % 64)
+def snac_vocab_size(profile: SnacProfile) -> int:
+    """The vocabulary of a SNAC-layout model: every audio token, padded to a multiple of 64."""
+    return profile.vocab_end + (-profile.vocab_end % 64)
+
+
+def write_snac_tokenizer(profile: SnacProfile, out: Path) -> None:
+    """A tokenizer with ``profile``'s real special and audio token ids (no weights): what a
+    real-size model with random weights (vLLM ``load_format="dummy"``) needs beside its
+    config."""
+    vocab_size = snac_vocab_size(profile)
     named = _snac_named_ids(profile, vocab_size)
     special = sorted({named[i] for i in (*profile.prefix_ids, *profile.suffix_ids,
                                          *profile.stop_token_ids, 128000, 128001, 128009)})
     tok = _build_tokenizer(named, vocab_size, special)
     _save_tokenizer(tok, out, bos="<|begin_of_text|>", eos="<|end_of_text|>")
-    _llama(vocab_size, out, 128000, 128001, _tilt_snac(profile), seed)
+
+
+def _make_snac_model(profile: SnacProfile, out: Path, seed: int) -> None:
+    write_snac_tokenizer(profile, out)
+    _llama(snac_vocab_size(profile), out, 128000, 128001, _tilt_snac(profile), seed)
     _write_snac_codec(out / "snac", seed)
 
 
@@ -191,14 +200,11 @@ def make_tiny_model(out_dir: str | Path, profile: str | ModelProfile = "veena", 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     logger.info("building tiny random %s model", prof.name, extra={"dir": str(out)})
-    if isinstance(prof, SnacProfile):
-        _make_snac_model(prof, out, seed)
-        codec_dir = "snac"
-    elif isinstance(prof, BiCodecProfile):
-        _make_bicodec_model(prof, out, seed)
-        codec_dir = "BiCodec"
-    else:  # pragma: no cover - profiles are a closed union
-        raise TypeError(type(prof))
+    builders = {"snac": (_make_snac_model, "snac"), "bicodec": (_make_bicodec_model, "BiCodec")}
+    if prof.codec not in builders:
+        raise ValueError(f"no tiny model builder for codec {prof.codec!r}")
+    build, codec_dir = builders[prof.codec]
+    build(prof, out, seed)
     manifest = {"profile": prof.name, "codec_model": codec_dir, "random_weights": True}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return out

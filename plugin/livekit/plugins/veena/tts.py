@@ -25,21 +25,27 @@ from livekit.agents.utils import is_given
 from .chunking import ChunkerOptions, TextChunker, chunk_text
 from .engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
 from .log import logger
-from .pipeline import Pipeline, profile_sampling
-from .profiles import BiCodecProfile, ModelProfile, SnacProfile, get_profile
+from .families import family_for
+from .pipeline import Pipeline
+from .profiles import ModelProfile, get_profile
 from .remote import FLUSH, RemoteClient
 from .settings import env_float, env_int
-from .validation import check_float, check_int
+from .stitching import to_int16
 from .turn import Turn, TurnOptions, TurnTimeout
+from .validation import check_float, check_int
 
-_PIPELINES: dict[str, Pipeline] = {}
-"""One pipeline (engine + decode scheduler) per model per process, shared by every TTS."""
+_PIPELINES: dict[tuple[str, object], Pipeline] = {}
+"""One pipeline (engine + decode scheduler) per (model, profile) per process, shared by
+every TTS."""
 
 
 def shared_pipeline(model: str, profile: str | ModelProfile | None = None) -> Pipeline:
-    if model not in _PIPELINES:
-        _PIPELINES[model] = Pipeline.from_model(model, profile=profile)
-    return _PIPELINES[model]
+    """The process's pipeline for ``model`` read with ``profile`` (None: the model folder's
+    manifest or ``VEENA_PROFILE`` decides)."""
+    key = (model, profile)
+    if key not in _PIPELINES:
+        _PIPELINES[key] = Pipeline.from_model(model, profile=profile)
+    return _PIPELINES[key]
 
 
 @dataclass
@@ -112,8 +118,8 @@ class TTS(tts.TTS):
         self._remote: RemoteClient | None = None
         self._pipeline: Pipeline | None = None
         if base_url:
-            prof = (profile if isinstance(profile, (SnacProfile, BiCodecProfile))
-                    else get_profile(profile or "veena"))
+            prof = get_profile(profile or "veena") if isinstance(profile, (str, type(None))) \
+                else profile
             self._remote = RemoteClient(base_url, api_key or os.environ.get("VEENA_API_KEY"))
             self._model_name = base_url
         else:
@@ -133,7 +139,7 @@ class TTS(tts.TTS):
             sample_rate=prof.sample_rate,
             num_channels=1,
         )
-        base = profile_sampling(prof)
+        base = family_for(prof).default_sampling()
         self._opts = _TTSOptions(
             voice=prof.check_voice(voice if is_given(voice) else prof.default_voice),
             temperature=temperature if is_given(temperature) else base.temperature,
@@ -157,7 +163,7 @@ class TTS(tts.TTS):
 
     def _validate(self, opts: _TTSOptions) -> None:
         """Every option by type and range (ValueError) before any engine work."""
-        opts.sampling(profile_sampling(self._profile))
+        opts.sampling(family_for(self._profile).default_sampling())
         if opts.seed is not None:
             check_int("seed", opts.seed, 0, 2**63 - 1)
         check_int("max_chunks_in_flight", opts.max_chunks_in_flight, 1, 64)
@@ -203,6 +209,17 @@ class TTS(tts.TTS):
         opts = dataclasses.replace(self._opts, **changes)
         self._validate(opts)
         self._opts = opts
+
+    async def _learn_sample_rate(self, timeout: float) -> int:
+        """In remote mode the server's ``/ready`` says the rate (the profile given here is
+        only the guess before the first connection); in-process the profile says it."""
+        if self._remote is not None:
+            rate = await self._remote.sample_rate(timeout)
+            if rate is not None and rate != self._sample_rate:
+                logger.info("the server's sample rate replaces the profile's",
+                            extra={"sample_rate": rate, "profile_rate": self._sample_rate})
+                self._sample_rate = rate
+        return self._sample_rate
 
     def prewarm(self) -> None:
         """Start the engine and warm the codec (or open a server connection) in the
@@ -264,19 +281,19 @@ class ChunkedStream(tts.ChunkedStream):
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         output_emitter.initialize(
-            request_id=utils.shortuuid(), sample_rate=self._tts.sample_rate, num_channels=1,
-            mime_type="audio/pcm", stream=False,
+            request_id=utils.shortuuid(),
+            sample_rate=await self._tts._learn_sample_rate(self._conn_options.timeout),
+            num_channels=1, mime_type="audio/pcm", stream=False,
         )
-
-        push = lambda pcm: output_emitter.push(pcm.tobytes())  # noqa: E731
         if self._tts.remote is not None:
             async def whole():
                 yield self._input_text
 
-            await self._tts.remote.speak(whole(), self._opts.remote_message(), push,
-                                         self._conn_options.timeout)
+            await self._tts.remote.speak(whole(), self._opts.remote_message(),
+                                         output_emitter.push, self._conn_options.timeout)
             output_emitter.flush()
             return
+        push = lambda pcm: output_emitter.push(to_int16(pcm).tobytes())  # noqa: E731
 
         async def texts():
             for chunk in chunk_text(self._input_text, self._opts.chunker):
@@ -303,23 +320,25 @@ class SynthesizeStream(tts.SynthesizeStream):
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         request_id = utils.shortuuid()
         output_emitter.initialize(
-            request_id=request_id, sample_rate=self._tts.sample_rate, num_channels=1,
-            mime_type="audio/pcm", stream=True,
+            request_id=request_id,
+            sample_rate=await self._tts._learn_sample_rate(self._conn_options.timeout),
+            num_channels=1, mime_type="audio/pcm", stream=True,
         )
         output_emitter.start_segment(segment_id=utils.shortuuid())
-        push = lambda pcm: output_emitter.push(pcm.tobytes())  # noqa: E731
         if self._tts.remote is not None:
             async def deltas():
                 async for data in self._input_ch:
                     yield FLUSH if isinstance(data, self._FlushSentinel) else data
 
             try:
-                await self._tts.remote.speak(deltas(), self._opts.remote_message(), push,
-                                             self._conn_options.timeout, self._mark_started)
+                await self._tts.remote.speak(deltas(), self._opts.remote_message(),
+                                             output_emitter.push, self._conn_options.timeout,
+                                             self._mark_started)
             finally:
                 self._tts._streams.discard(self)
             output_emitter.end_segment()
             return
+        push = lambda pcm: output_emitter.push(to_int16(pcm).tobytes())  # noqa: E731
         chunker = TextChunker(self._opts.chunker)
 
         async def texts():

@@ -20,7 +20,6 @@ import numpy as np
 
 from .engine import SamplingOptions
 from .pipeline import EmptyTextError, Pipeline
-from .profiles import BiCodecProfile
 from .stitching import ChunkJoiner
 
 
@@ -77,9 +76,9 @@ class Turn:
         self.on_request_started: Callable[[], None] = lambda: None
 
     async def _prefetch(self, text: str, index: int, out: asyncio.Queue) -> None:
-        """Generate one chunk into ``out`` (int16 arrays, then None)."""
+        """Generate one chunk into ``out`` (float arrays, then None)."""
         try:
-            if index > 0 and self.speaker_globals is None and isinstance(self._p.profile, BiCodecProfile):
+            if index > 0 and self.speaker_globals is None and self._p.family.has_speaker_globals:
                 await self._await_first_globals()
             syn = self._p.synthesize(text, voice=self._opts.voice, sampling=self._opts.sampling,
                                      seed=self.seed, speaker_globals=self.speaker_globals)
@@ -117,7 +116,8 @@ class Turn:
             raise TurnError("the first chunk ended before its 32 global tokens were captured")
 
     async def speak(self, chunks: AsyncIterable[str], push: Callable[[np.ndarray], None]) -> None:
-        """Synthesize ``chunks`` in order and ``push`` int16 audio, crossfading the seams."""
+        """Synthesize ``chunks`` in order and ``push`` float audio, crossfading the seams
+        (the caller rounds it to int16 at its edge)."""
         order: asyncio.Queue[asyncio.Queue | None] = asyncio.Queue()
 
         async def schedule() -> None:

@@ -26,14 +26,17 @@ from aiohttp import WSMsgType, web
 
 from ..chunking import ChunkerOptions, TextChunker, chunk_text
 from ..engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
+from ..families import InvalidGlobalsError
 from ..pipeline import Pipeline
+from ..stitching import to_int16
 from ..settings import env_float, env_int, env_str
 from ..turn import Turn, TurnOptions, TurnTimeout
 from ..validation import check_bool, check_float, check_int, check_str
 from .admission import Admission, AdmissionOptions, Overloaded
 from .metrics import ServerMetrics
-from .protocol import (ERROR_CODES, SAMPLING_FIELDS, ClientMessage, ProtocolError, encode_audio,
-                       error_event, parse_client_message, waiting_event)
+from ..protocol import (ERROR_CODES, SAMPLING_FIELDS, ClientMessage, ProtocolError,
+                        cancelled_event, done_event, encode_audio, error_event,
+                        parse_client_message, waiting_event)
 
 logger = logging.getLogger(__name__)
 
@@ -185,12 +188,7 @@ def _turn_options(pipeline: Pipeline, opts: ServerOptions, voice: Any, sampling:
     voice = pipeline.profile.check_voice(
         pipeline.profile.default_voice if voice is None else voice)
     s = _sampling(pipeline, sampling)
-    globals_ = None
-    if speaker_globals is not None:
-        check = getattr(pipeline.profile, "check_globals", None)
-        if check is None:
-            raise ValueError(f"model profile {pipeline.profile.name} takes no speaker_globals")
-        globals_ = check(speaker_globals)
+    globals_ = None if speaker_globals is None else pipeline.family.check_globals(speaker_globals)
     if seed is not None:
         check_int("seed", seed, 0, 2**63 - 1)
     return TurnOptions(voice=voice, sampling=s, seed=seed, speaker_globals=globals_,
@@ -204,6 +202,7 @@ _CODE_BY_TYPE: tuple[tuple[type[BaseException], str], ...] = (
     (EngineError, "engine_error"),
     (Overloaded, "overloaded"),
     (TurnTimeout, "timeout"),
+    (InvalidGlobalsError, "invalid_globals"),  # before its base class ValueError
     (ValueError, "bad_request"),
 )
 
@@ -331,7 +330,7 @@ class _Context:
             self._first_audio = time.perf_counter()
             self._state.metrics.first_audio.observe(self._first_audio - self._created)
         self._samples += len(pcm)
-        self._send(encode_audio(self.cid, pcm.tobytes()))
+        self._send(encode_audio(self.cid, to_int16(pcm).tobytes()))
 
     async def _run(self) -> None:
         metrics = self._state.metrics
@@ -347,7 +346,7 @@ class _Context:
             wall = time.perf_counter() - self._created
             if audio_s > 0:
                 metrics.rtf.observe(wall / audio_s)
-            self._send({"type": "done", "context_id": self.cid, "audio_seconds": round(audio_s, 4)})
+            self._send(done_event(self.cid, audio_s))
             outcome = "done"
         except asyncio.CancelledError:
             if self._failure is not None:
@@ -356,7 +355,7 @@ class _Context:
             else:
                 outcome = "cancelled"
                 metrics.aborted.inc()
-                self._send({"type": "cancelled", "context_id": self.cid})
+                self._send(cancelled_event(self.cid))
         except Exception as e:
             outcome = code = _error_code(e)
             if code == "internal_error":
@@ -487,10 +486,8 @@ def _handle(msg: ClientMessage, contexts: dict[str, _Context], state: _ServerSta
         try:
             turn_opts = _turn_options(state.pipeline, opts, msg.voice, msg.sampling, msg.seed,
                                       msg.speaker_globals)
-        except (ValueError, TypeError) as e:
-            code = "invalid_globals" if msg.speaker_globals is not None and "speaker_globals" in str(e) \
-                else "bad_request"
-            raise ProtocolError(code, str(e), msg.context_id) from None
+        except ValueError as e:
+            raise ProtocolError(_error_code(e), str(e), msg.context_id) from None
         ctx = _Context(msg.context_id, state, turn_opts, out, lambda cid: contexts.pop(cid, None))
         contexts[msg.context_id] = ctx
     ctx.add_text(msg.text, msg.more)
@@ -552,8 +549,8 @@ async def _speech(request: web.Request) -> web.StreamResponse:
         req = _speech_request(body, state)
     except ProtocolError as e:
         return _json_error(e.code, e.message)
-    except (ValueError, TypeError) as e:
-        return _json_error("bad_request", str(e))
+    except ValueError as e:
+        return _json_error(_error_code(e), str(e))
     refusal = state.refusal()
     if refusal is not None:
         return _json_error(*refusal)
@@ -595,7 +592,7 @@ async def _speak_http(request: web.Request, req: _SpeechRequest, state: _ServerS
         if not first:
             first.append(time.perf_counter())
             metrics.first_audio.observe(first[0] - started)
-        writes.put_nowait(pcm.tobytes())
+        writes.put_nowait(to_int16(pcm).tobytes())
 
     speaking = asyncio.create_task(turn.speak(texts(), push))
     try:
@@ -660,8 +657,8 @@ async def _ready(request: web.Request) -> web.Response:
                                   "sample_rate": pipeline.sample_rate,
                                   "active_streams": state.admission.active,
                                   "queued_streams": state.admission.queued})
-    return web.json_response({"status": pipeline.engine.health.state, **_engine_status(state)},
-                             status=503)
+    return web.json_response({"status": pipeline.engine.health.state, **_engine_status(state),
+                              "sample_rate": pipeline.sample_rate}, status=503)
 
 
 async def _metrics(request: web.Request) -> web.Response:

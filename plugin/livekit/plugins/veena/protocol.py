@@ -1,4 +1,6 @@
-"""The WebSocket protocol, shared by the server and the plugin's remote mode.
+"""The WebSocket protocol of ``veena-tts serve``: the one definition that the server and the
+plugin's remote mode both use (message builders and parsers for both directions, and the
+error-code table that says which codes are the client's fault and which are retryable).
 
 Client -> server, JSON text frames, each naming a ``context_id`` (several may share a socket):
   {"type": "speak", "context_id": "c1", "text": "Hello ", "continue": true,
@@ -21,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..validation import is_int
+from .validation import is_int, is_number
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "min_tokens")
 
@@ -147,6 +149,66 @@ def decode_audio(frame: bytes) -> tuple[str, bytes]:
         raise ProtocolError("bad_audio", "empty binary frame")
     n = frame[0]
     return frame[1 : 1 + n].decode(), frame[1 + n :]
+
+
+# -- client -> server ---------------------------------------------------------------------
+
+
+def speak_message(context_id: str, text: str, more: bool,
+                  options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Text for a context; the first one carries ``options`` (voice, seed, sampling, ...)."""
+    return {"type": "speak", "context_id": context_id, "text": text, "continue": more,
+            **(options or {})}
+
+
+def flush_message(context_id: str) -> dict[str, Any]:
+    return {"type": "flush", "context_id": context_id}
+
+
+def cancel_message(context_id: str) -> dict[str, Any]:
+    return {"type": "cancel", "context_id": context_id}
+
+
+# -- server -> client ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerEvent:
+    """A JSON event from the server, as the client reads it."""
+
+    type: str
+    context_id: str | None
+    code: str = ""
+    message: str = ""
+    audio_seconds: float | None = None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def terminal(self) -> bool:
+        return self.type in ("done", "cancelled", "error")
+
+
+def parse_server_event(raw: str) -> ServerEvent:
+    """Read one JSON event (ProtocolError on anything that is not one)."""
+    try:
+        event = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ProtocolError("bad_json", "server event is not valid JSON") from None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise ProtocolError("bad_message", "server event must be an object with a type")
+    cid = event.get("context_id")
+    seconds = event.get("audio_seconds")
+    return ServerEvent(event["type"], cid if isinstance(cid, str) else None,
+                       str(event.get("code", "")), str(event.get("message", "")),
+                       float(seconds) if is_number(seconds) else None, event)
+
+
+def done_event(context_id: str, audio_seconds: float) -> dict[str, Any]:
+    return {"type": "done", "context_id": context_id, "audio_seconds": round(audio_seconds, 4)}
+
+
+def cancelled_event(context_id: str) -> dict[str, Any]:
+    return {"type": "cancelled", "context_id": context_id}
 
 
 def error_event(context_id: str | None, code: str, message: str) -> dict[str, Any]:

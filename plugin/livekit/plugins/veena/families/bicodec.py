@@ -1,0 +1,85 @@
+"""The BiCodec family (Spark-TTS, Veena3): 32 global speaker tokens, then 50 Hz semantic
+tokens. A first request captures exactly 32 globals in a request of its own (constrained to
+global tokens) and continues with them pre-filled, so the voice cannot drift afterwards."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..codecs.base import Codec, CodecInput
+from ..engine import SamplingOptions
+from ..parsing import KIND_GLOBAL, KIND_SEMANTIC, KIND_STOP, BiCodecFramer, TokenTable
+from ..profiles import BiCodecProfile
+from ..windowing import Window, WindowOptions
+from . import InvalidGlobalsError, ModelFamily, register_family
+
+
+class BiCodecTrack:
+    """One request's globals and semantic tokens."""
+
+    def __init__(self, profile: BiCodecProfile, table: TokenTable, request_id: str,
+                 captured: Sequence[int] | None) -> None:
+        self.framer = BiCodecFramer(profile, table, request_id, captured)
+        self.stats = self.framer.stats
+        self.steps: list[int] = []
+
+    def feed(self, ids: Sequence[int]) -> int:
+        new = self.framer.feed(ids)
+        self.steps.extend(new)
+        return len(new)
+
+    def window_input(self, w: Window, seed: int) -> CodecInput:
+        return CodecInput(
+            codes=np.asarray(self.steps[w.start : w.end], dtype=np.int64),
+            start_step=w.start,
+            seed=seed,
+            speaker=np.asarray(self.framer.globals_, dtype=np.int64),
+        )
+
+    @property
+    def speaker_globals(self) -> tuple[int, ...] | None:
+        return tuple(self.framer.globals_) if self.framer.has_globals else None
+
+
+@register_family
+class BiCodecFamily(ModelFamily):
+    codec = "bicodec"
+    has_speaker_globals = True
+    profile: BiCodecProfile
+
+    def default_window(self, options) -> WindowOptions:
+        return options.bicodec_window
+
+    def load_codec(self, codec_model: str, device: str) -> Codec:
+        from ..codecs.bicodec import BiCodecCodec
+
+        return BiCodecCodec.load(codec_model, device=device)
+
+    def token_table(self, tokenizer: Any) -> TokenTable:
+        return TokenTable.for_bicodec(self.profile, tokenizer.get_vocab())
+
+    def new_track(self, table: TokenTable, request_id: str,
+                  speaker_globals: tuple[int, ...] | None) -> BiCodecTrack:
+        return BiCodecTrack(self.profile, table, request_id, speaker_globals)
+
+    def prompt(self, tokenizer: Any, text: str, voice: str,
+               speaker_globals: tuple[int, ...] | None) -> list[int]:
+        return self.profile.build_prompt(tokenizer, text, voice, speaker_globals)
+
+    def constrain(self, sampling: SamplingOptions, table: TokenTable) -> SamplingOptions:
+        return replace(sampling, stop_token_ids=sampling.stop_token_ids or table.ids(KIND_STOP),
+                       allowed_token_ids=table.ids(KIND_SEMANTIC, KIND_STOP))
+
+    def capture_sampling(self, sampling: SamplingOptions, table: TokenTable) -> SamplingOptions:
+        n = self.profile.num_global_tokens
+        return replace(sampling, max_tokens=n, min_tokens=n, stop_token_ids=(),
+                       allowed_token_ids=table.ids(KIND_GLOBAL))
+
+    def check_globals(self, global_ids: Sequence[int]) -> tuple[int, ...]:
+        try:
+            return self.profile.check_globals(global_ids)
+        except ValueError as e:
+            raise InvalidGlobalsError(str(e)) from None

@@ -1,0 +1,64 @@
+"""The SNAC family (Orpheus, Veena): 7 tokens per 2048-sample frame, no speaker tokens, so a
+voice stays the same across requests by its speaker prompt and seed alone."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..codecs.base import Codec, CodecInput
+from ..parsing import SnacFramer, TokenTable
+from ..profiles import SnacProfile
+from ..windowing import Window, WindowOptions
+from . import ModelFamily, register_family
+
+
+class SnacTrack:
+    """One request's SNAC frames."""
+
+    def __init__(self, profile: SnacProfile, table: TokenTable, request_id: str) -> None:
+        self._framer = SnacFramer(profile, table, request_id)
+        self.stats = self._framer.stats
+        self.steps: list[np.ndarray] = []
+
+    def feed(self, ids: Sequence[int]) -> int:
+        frames = self._framer.feed(ids)
+        self.steps.extend(frames)
+        return len(frames)
+
+    def window_input(self, w: Window, seed: int) -> CodecInput:
+        return CodecInput(codes=np.stack(self.steps[w.start : w.end]), start_step=w.start, seed=seed)
+
+    @property
+    def speaker_globals(self) -> tuple[int, ...] | None:
+        return None
+
+
+@register_family
+class SnacFamily(ModelFamily):
+    codec = "snac"
+    profile: SnacProfile
+
+    def default_window(self, options) -> WindowOptions:
+        return options.snac_window
+
+    def load_codec(self, codec_model: str, device: str) -> Codec:
+        from ..codecs.snac import SnacCodec
+
+        return SnacCodec.load(codec_model, device=device,
+                              position_levels=self.profile.position_levels)
+
+    def token_table(self, tokenizer: Any) -> TokenTable:
+        return TokenTable.for_snac(self.profile)
+
+    def new_track(self, table: TokenTable, request_id: str,
+                  speaker_globals: tuple[int, ...] | None) -> SnacTrack:
+        return SnacTrack(self.profile, table, request_id)
+
+    def prompt(self, tokenizer: Any, text: str, voice: str,
+               speaker_globals: tuple[int, ...] | None) -> list[int]:
+        return self.profile.build_prompt(tokenizer, text, voice)
+
+    def round_budget(self, tokens: int) -> int:
+        return tokens + -tokens % self.profile.tokens_per_frame

@@ -1,0 +1,162 @@
+"""One engine request's run: tokens in, crossfaded float audio out, all its state in one place.
+
+A producer task reads the engine's tokens, parses them through the family's track and submits
+each window to the decode scheduler as soon as it is decodable; the consumer (``audio()``)
+awaits the windows in order and stitches them. ``aclose()`` is the one place where a run
+ends: it stops the producer (which aborts the vLLM request), drops the run's pending windows
+and cancels the ones already handed out, so nothing outlives a cancelled or failed run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, AsyncIterator
+
+import numpy as np
+
+from .engine import EngineError, SamplingOptions
+from .stitching import Stitcher
+from .windowing import Window, WindowPlanner
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+    from .synthesis import Synthesis
+
+logger = logging.getLogger(__name__)
+
+
+def piece_seed(seed: int, index: int) -> int:
+    """Codec noise seed of one piece: a piece decodes the same in any batch."""
+    return (seed * 1000003 + index) & 0x7FFFFFFF
+
+
+class RequestRun:
+    """Piece ``index`` of ``synthesis``: its engine requests, track, planner, stitcher,
+    pending windows and progress."""
+
+    def __init__(self, pipeline: "Pipeline", synthesis: "Synthesis", text: str,
+                 index: int) -> None:
+        self._p = pipeline
+        self._syn = synthesis
+        self._text = text
+        self.request_id = synthesis.request_id if index == 0 else f"{synthesis.request_id}.{index}"
+        self.track = pipeline.family.new_track(pipeline.table, self.request_id,
+                                               synthesis.speaker_globals)
+        self.planner = WindowPlanner(pipeline.window)
+        self.stitcher = Stitcher(pipeline.codec.samples_per_step,
+                                 int(pipeline.options.crossfade_ms * pipeline.sample_rate / 1000))
+        self.seed = piece_seed(synthesis.seed, index)
+        self.engine_request_ids: list[str] = []
+        self._windows: asyncio.Queue[tuple[Window, asyncio.Future] | None] = asyncio.Queue()
+        self._producer: asyncio.Task | None = None
+        self.pending_windows = 0
+        self.awaiting_tokens = True
+        self.last_progress = time.monotonic()
+
+    def progress_at(self) -> float:
+        """When this run last moved forward (monotonic clock).
+
+        Its own tokens and decoded windows count; so does the engine serving others while
+        this run still waits for its first token (queued in vLLM behind running requests),
+        and the decode scheduler finishing batches while this run's windows wait their turn.
+        A stall is therefore "nothing moves", never "busy elsewhere"."""
+        t = self.last_progress
+        if self.awaiting_tokens:
+            t = max(t, self._p.engine.last_output)
+        if self.pending_windows:
+            t = max(t, self._p.scheduler.last_done)
+        return t
+
+    def _moved(self) -> None:
+        self.last_progress = time.monotonic()
+
+    async def audio(self) -> AsyncIterator[tuple[np.ndarray, bool]]:
+        """Yield (float samples, done); leaving early ends the run (``aclose``)."""
+        await self._p.start()
+        self._producer = asyncio.create_task(self._produce(), name=f"veena-produce-{self.request_id}")
+        timings = self._syn.timings
+        try:
+            while (item := await self._windows.get()) is not None:
+                window, fut = item
+                audio = await fut
+                self.pending_windows -= 1
+                self._moved()
+                if timings.first_decode_done is None:
+                    timings.first_decode_done = time.perf_counter()
+                yield self.stitcher.push(window, audio), False
+            await self._producer  # re-raise an engine failure
+            yield self.stitcher.finish(), True
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop generating (vLLM request aborted) and drop every window not yet decoded."""
+        self.pending_windows = 0
+        if self._producer is not None and not self._producer.done():
+            self._producer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._producer
+        dropped = self._p.scheduler.cancel_request(self.request_id)
+        while not self._windows.empty():
+            item = self._windows.get_nowait()
+            if item is not None:
+                item[1].cancel()
+                dropped += 1
+        if dropped:
+            logger.info("dropped pending decode windows",
+                        extra={"request_id": self.request_id, "windows": dropped})
+
+    def _submit(self, windows: list[Window]) -> None:
+        timings = self._syn.timings
+        for w in windows:
+            if timings.first_window_ready is None:
+                timings.first_window_ready = time.perf_counter()
+            self.pending_windows += 1
+            fut = self._p.scheduler.submit(self.request_id, self.track.window_input(w, self.seed))
+            self._windows.put_nowait((w, fut))
+
+    async def _produce(self) -> None:
+        p, syn = self._p, self._syn
+        try:
+            capture = (p.family.capture_sampling(syn.sampling, p.table)
+                       if syn.speaker_globals is None else None)
+            if capture is not None:  # capture the speaker tokens, then continue with them
+                prompt = p.family.prompt(p.engine.tokenizer, self._text, syn.voice, None)
+                await self._generate(prompt, capture, f"{self.request_id}.globals")
+                if syn.speaker_globals is None:
+                    raise EngineError(f"request {self.request_id} produced no complete set of "
+                                      "speaker tokens")
+            prompt = p.family.prompt(p.engine.tokenizer, self._text, syn.voice,
+                                     syn.speaker_globals)
+            await self._generate(prompt, p.main_sampling(syn.sampling, self._text, len(prompt)),
+                                 self.request_id)
+            self._submit(self.planner.finish())
+        finally:
+            syn.timings.invalid_frames += self.track.stats.invalid_frames
+            self._windows.put_nowait(None)
+
+    async def _generate(self, prompt: list[int], sampling: SamplingOptions, request_id: str) -> None:
+        syn, timings = self._syn, self._syn.timings
+        self.engine_request_ids.append(request_id)
+        syn.vllm_request_ids.append(request_id)
+        self.awaiting_tokens = True
+        gen = self._p.engine.generate(prompt, sampling, request_id)
+        async with contextlib.aclosing(gen):
+            async for ids in gen:
+                self.awaiting_tokens = False
+                self._moved()
+                now = time.perf_counter()
+                if timings.first_token is None:
+                    timings.first_token = now
+                timings.tokens += len(ids)
+                timings.last_token = now
+                new = self.track.feed(ids)
+                if syn.speaker_globals is None and self.track.speaker_globals is not None:
+                    syn.captured(self.track.speaker_globals)
+                if new:
+                    self._submit(self.planner.add(new))
+                if self.track.stats.stopped:
+                    break

@@ -1,0 +1,67 @@
+"""``Turn`` on its own, on the session's tiny model: chunks in, one float stream out with one
+crossfade per seam; a chunk's failure surfaces in order; closing aborts every request."""
+
+import asyncio
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from livekit.plugins.veena.turn import Turn, TurnOptions
+
+from .helpers import engine_settled
+
+pytestmark = pytest.mark.engine
+CHUNK = 5 * 2048  # 35 tokens = 5 SNAC frames per chunk
+
+
+def _options(pipeline, **kw) -> TurnOptions:
+    sampling = replace(pipeline.default_sampling(), max_tokens=35)
+    return TurnOptions(voice="kavya", sampling=sampling, seed=11, **kw)
+
+
+async def _texts(*chunks):
+    for c in chunks:
+        yield c
+
+
+async def test_turn_joins_chunks_in_order_as_float(pipeline):
+    turn = Turn(pipeline, _options(pipeline, chunk_crossfade_ms=15.0))
+    pushed = []
+    await turn.speak(_texts("First chunk.", "Second chunk.", "Third."), pushed.append)
+    audio = np.concatenate(pushed)
+    assert audio.dtype == np.float32 and np.abs(audio).max() <= 1.0
+    assert len(audio) == 3 * CHUNK - 2 * 360  # 15 ms at 24 kHz per seam
+    assert len(turn.request_ids) == 3 and turn.audio_pushed
+    assert turn.chunk_globals == [None, None, None]  # SNAC: nothing to capture
+    assert await engine_settled(pipeline)
+
+
+async def test_turn_is_deterministic_for_a_seed(pipeline):
+    runs = []
+    for _ in range(2):
+        pushed = []
+        await Turn(pipeline, _options(pipeline)).speak(_texts("Same words."), pushed.append)
+        runs.append(np.concatenate(pushed))
+    assert np.array_equal(runs[0], runs[1])
+
+
+async def test_turn_failure_surfaces_and_close_aborts(pipeline):
+    turn = Turn(pipeline, _options(pipeline, max_chunks_in_flight=2))
+    pushed = []
+
+    async def texts():
+        yield "A good first chunk."
+        yield "   "  # empty chunks are skipped, not errors
+        yield "x" * 100_000  # too long for one request: split, still fine
+
+    task = asyncio.create_task(turn.speak(texts(), pushed.append))
+    while not pushed:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await engine_settled(pipeline) and pipeline.scheduler.pending == 0
+    bad = Turn(pipeline, replace(_options(pipeline), voice="nobody"))
+    with pytest.raises(ValueError, match="unknown voice"):
+        await bad.speak(_texts("Hello."), pushed.append)
