@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 import re
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 from _common import report, setup
 from livekit.plugins.veena.parsing import SnacFramer, TokenTable
 from livekit.plugins.veena.profiles import VEENA
-from livekit.plugins.veena.tiny_model import _build_tokenizer, _snac_named_ids
+from livekit.plugins.veena.tiny_model import write_snac_tokenizer
 
 _CUSTOM = re.compile(r"<custom_token_(\d+)>")
 
@@ -51,8 +53,11 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000")
     args = ap.parse_args()
     setup()
-    vocab = VEENA.vocab_end + (-VEENA.vocab_end % 64)
-    tok = _build_tokenizer(_snac_named_ids(VEENA, vocab), vocab, [])
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory() as d:
+        write_snac_tokenizer(VEENA, Path(d))
+        tok = AutoTokenizer.from_pretrained(d)
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
         ids = stream(n)

@@ -73,3 +73,10 @@ def test_server_load_bench():
     assert rows[0]["served"] == 1 and rows[0]["first_audio_p50_ms"] > 0
     # max_num_seqs=4 admits 2 at once (2 more may wait up to 5 s): at least 2 are served
     assert rows[1]["served"] >= 2
+
+
+def test_scheduler_bench_drives_the_pipeline():
+    _run(sys.executable, "bench/scheduler.py", "--streams", "1", "--seconds", "1")
+    rows = _rows("scheduler")
+    assert [(r["streams"], r["token_rate_x_realtime"]) for r in rows] == [(1, 1.0), (1, 2.0)]
+    assert all(r["first_audio_p50_ms"] > 0 and r["max_batch"] >= 1 for r in rows)

@@ -175,6 +175,19 @@ class EngineHealth:
         return self.state in ("stopped", "starting", "ready")
 
 
+def _model_missing(error: BaseException) -> bool:
+    """A start failure caused by files that are not there (a local path, a hub repository or
+    an offline cache entry: all OSErrors), as opposed to a network blip."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and not isinstance(e, (ConnectionError, TimeoutError)):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 class VllmEngine:
     """One vLLM ``AsyncLLM`` per process, shared by every stream.
 
@@ -254,6 +267,10 @@ class VllmEngine:
             self._llm = await asyncio.get_running_loop().run_in_executor(None, self._build)
         except Exception as e:
             self._start_error = e
+            if _model_missing(e):  # retrying cannot help: say so once, for good
+                self.mark_dead(f"model {self.options.model!r} not found: {e}")
+                raise EngineDeadError(f"vLLM cannot start: model {self.options.model!r} "
+                                      f"not found ({e})") from e
             raise EngineError(f"failed to start vLLM for {self.options.model!r}: {e}") from e
         self._dead = asyncio.get_running_loop().create_future()
         self._watch_task = asyncio.get_running_loop().create_task(
@@ -261,6 +278,9 @@ class VllmEngine:
 
     def _build(self):
         opts = self.options
+        if opts.model.startswith(("/", "./", "../", "~")) and not os.path.exists(
+                os.path.expanduser(opts.model)):
+            raise FileNotFoundError(f"no model folder at {opts.model}")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(opts.cpu_kvcache_space_gib))
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM

@@ -41,6 +41,7 @@ from ..protocol import (ERROR_CODES, SAMPLING_FIELDS, ClientMessage, ProtocolErr
 logger = logging.getLogger(__name__)
 
 STATE_KEY = web.AppKey("veena_state", object)
+STOPPING_KEY = web.AppKey("veena_stopping", bool)
 
 ENGINE_DEAD_EXIT_CODE = 3
 
@@ -682,6 +683,9 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
     app.router.add_get("/metrics", _metrics)
 
     def stop_later(reason: str) -> None:
+        if app.get(STOPPING_KEY):
+            return
+        app[STOPPING_KEY] = True
         delay = state.options.engine_dead_exit_s
         logger.error("stopping the server in %.1f s so its supervisor can replace it", delay,
                      extra={"reason": reason})
