@@ -181,7 +181,7 @@ class Pipeline:
         sampling = (sampling or self.default_sampling()).validate()
         if seed is None:
             seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
-        sampling = replace(sampling, seed=seed)
+        sampling = replace(sampling, seed=seed).validate()
         globals_ = None
         if speaker_globals is not None:
             globals_ = self.family.check_globals(speaker_globals)
