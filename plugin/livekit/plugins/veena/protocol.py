@@ -14,7 +14,9 @@ event per context: ``done``, ``cancelled`` or ``error`` (``code``, ``message``,
 ``retryable``). Errors that belong to no context carry ``"context_id": null``. While a
 context waits (engine start-up, a stream slot, vLLM's queue) and sends nothing else, the
 server sends ``{"type": "waiting", "context_id": ...}`` every keep-alive interval, so a
-client's read timeout measures a silent server, not a busy one.
+client's read timeout measures a silent server, not a busy one. A context that captured
+speaker globals (BiCodec) sends ``{"type": "voice", "speaker_globals": [32 ints]}`` as soon as
+they are known.
 """
 
 from __future__ import annotations
@@ -181,6 +183,7 @@ class ServerEvent:
     code: str = ""
     message: str = ""
     audio_seconds: float | None = None
+    speaker_globals: tuple[int, ...] | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -198,9 +201,13 @@ def parse_server_event(raw: str) -> ServerEvent:
         raise ProtocolError("bad_message", "server event must be an object with a type")
     cid = event.get("context_id")
     seconds = event.get("audio_seconds")
+    globals_ = event.get("speaker_globals")
+    if globals_ is not None and (not isinstance(globals_, list) or not all(map(is_int, globals_))):
+        raise ProtocolError("bad_message", "speaker_globals must be a list of integers")
     return ServerEvent(event["type"], cid if isinstance(cid, str) else None,
                        str(event.get("code", "")), str(event.get("message", "")),
-                       float(seconds) if is_number(seconds) else None, event)
+                       float(seconds) if is_number(seconds) else None,
+                       None if globals_ is None else tuple(globals_), event)
 
 
 def done_event(context_id: str, audio_seconds: float) -> dict[str, Any]:
@@ -214,6 +221,12 @@ def cancelled_event(context_id: str) -> dict[str, Any]:
 def error_event(context_id: str | None, code: str, message: str) -> dict[str, Any]:
     return {"type": "error", "context_id": context_id, "code": code, "message": message,
             "retryable": ERROR_CODES[code].retryable}
+
+
+def voice_event(context_id: str, speaker_globals: tuple[int, ...]) -> dict[str, Any]:
+    """The speaker globals a context captured, as soon as known: a client keeping one voice
+    for a call sends them with its later contexts."""
+    return {"type": "voice", "context_id": context_id, "speaker_globals": list(speaker_globals)}
 
 
 def waiting_event(context_id: str) -> dict[str, Any]:

@@ -111,9 +111,10 @@ class RemoteClient:
 
     async def speak(self, texts: AsyncIterable[Any], first_message: dict[str, Any],
                     push: Callable[[bytes], None], timeout: float,
-                    on_started: Callable[[], None] = lambda: None) -> None:
+                    on_started: Callable[[], None] = lambda: None,
+                    on_voice: Callable[[tuple[int, ...]], None] = lambda g: None) -> None:
         """Send ``texts`` (strings or FLUSH) as one context and push its int16 PCM bytes
-        until it is done."""
+        until it is done; ``on_voice`` hears the speaker globals the server captured."""
         cid = utils.shortuuid()
         async with self.pool.connection(timeout=timeout) as ws:
             sender = asyncio.create_task(self._send(ws, cid, texts, first_message, on_started))
@@ -140,6 +141,9 @@ class RemoteClient:
                         raise APIConnectionError(f"veena server: {e}", retryable=not pushed) from e
                     if event.context_id not in (cid, None):
                         continue  # a stale context on this pooled socket
+                    if event.type == "voice" and event.speaker_globals is not None:
+                        on_voice(event.speaker_globals)
+                        continue
                     if event.type in ("done", "cancelled"):
                         if sender.done() and sender.exception():
                             raise sender.exception()

@@ -62,23 +62,32 @@ class _TTSOptions:
     chunk_crossfade_ms: float
     max_chunks_in_flight: int
     startup_timeout: float
+    voice_scope: str
+    """``call``: every stream of the TTS speaks with the speaker globals its first stream
+    captured; ``turn``: each stream captures its own."""
 
     def sampling(self, base: SamplingOptions) -> SamplingOptions:
         return replace(base, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
                        repetition_penalty=self.repetition_penalty,
                        max_tokens=self.max_tokens_per_chunk).validate()
 
-    def remote_message(self) -> dict:
-        """Voice, seed and sampling as the first message of a server context carries them."""
+    def remote_message(self, speaker_globals: tuple[int, ...] | None) -> dict:
+        """Voice, seed, sampling (and a call's speaker globals) as the first message of a
+        server context carries them."""
         sampling = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                     "repetition_penalty": self.repetition_penalty}
         if self.max_tokens_per_chunk is not None:
             sampling["max_tokens"] = self.max_tokens_per_chunk
-        return {"voice": self.voice, "seed": self.seed, "sampling": sampling}
+        message = {"voice": self.voice, "seed": self.seed, "sampling": sampling}
+        if speaker_globals is not None:
+            message["speaker_globals"] = list(speaker_globals)
+        return message
 
-    def turn(self, pipeline: Pipeline, timeout: float) -> TurnOptions:
+    def turn(self, pipeline: Pipeline, timeout: float,
+             speaker_globals: tuple[int, ...] | None) -> TurnOptions:
         return TurnOptions(voice=self.voice, sampling=self.sampling(pipeline.default_sampling()),
-                           seed=self.seed, chunk_crossfade_ms=self.chunk_crossfade_ms,
+                           seed=self.seed, speaker_globals=speaker_globals,
+                           chunk_crossfade_ms=self.chunk_crossfade_ms,
                            max_chunks_in_flight=self.max_chunks_in_flight, timeout=timeout,
                            startup_timeout=self.startup_timeout)
 
@@ -103,6 +112,7 @@ class TTS(tts.TTS):
         chunk_crossfade_ms: NotGivenOr[float] = NOT_GIVEN,
         max_chunks_in_flight: NotGivenOr[int] = NOT_GIVEN,
         startup_timeout: NotGivenOr[float] = NOT_GIVEN,
+        voice_scope: NotGivenOr[str] = NOT_GIVEN,
     ) -> None:
         """Speak through an in-process ``pipeline``; or build the shared one for ``model``
         (a local path or hub id; default ``VEENA_MODEL``); or, with ``base_url``
@@ -111,7 +121,15 @@ class TTS(tts.TTS):
 
         A stream that starts while the in-process engine is still starting waits for it, up
         to ``startup_timeout`` (default ``VEENA_STARTUP_TIMEOUT_S``, 600 s); the stream's
-        ``conn_options.timeout`` then bounds only a running request's lack of progress."""
+        ``conn_options.timeout`` then bounds only a running request's lack of progress.
+
+        ``voice_scope`` (default ``call`` where the model family has speaker globals, i.e.
+        BiCodec): the first stream captures 32 global tokens and every later stream of this
+        TTS reuses them, so the voice stays the same for the whole call; ``reset_voice()``
+        (or ``update_options(voice=...)``) starts over. ``turn``: each stream captures its
+        own. SNAC models have no speaker tokens: their voice is the speaker prompt (the
+        ``voice`` name) in both scopes, and a fixed ``seed`` is the only other thing that
+        can be kept; timbre can still vary between replies."""
         import os
 
         base_url = base_url or (None if model or pipeline else os.environ.get("VEENA_TTS_URL"))
@@ -156,8 +174,11 @@ class TTS(tts.TTS):
                                   else env_int("VEENA_MAX_CHUNKS_IN_FLIGHT", 2)),
             startup_timeout=(startup_timeout if is_given(startup_timeout)
                              else env_float("VEENA_STARTUP_TIMEOUT_S", 600.0)),
+            voice_scope=(voice_scope if is_given(voice_scope) else
+                         "call" if family_for(prof).has_speaker_globals else "turn"),
         )
         self._validate(self._opts)
+        self._call_globals: tuple[int, ...] | None = None
         self._streams: "set[SynthesizeStream]" = set()
         self._prewarm_task: asyncio.Task | None = None
 
@@ -169,6 +190,8 @@ class TTS(tts.TTS):
         check_int("max_chunks_in_flight", opts.max_chunks_in_flight, 1, 64)
         check_float("chunk_crossfade_ms", opts.chunk_crossfade_ms, 0.0, 1000.0)
         check_float("startup_timeout", opts.startup_timeout, 0.0, lo_open=True)
+        if opts.voice_scope not in ("call", "turn"):
+            raise ValueError(f"voice_scope must be 'call' or 'turn', got {opts.voice_scope!r}")
 
     @property
     def model(self) -> str:
@@ -209,6 +232,50 @@ class TTS(tts.TTS):
         opts = dataclasses.replace(self._opts, **changes)
         self._validate(opts)
         self._opts = opts
+        if "voice" in changes:
+            self.reset_voice()
+
+    @property
+    def speaker_globals(self) -> tuple[int, ...] | None:
+        """The call's speaker globals (``voice_scope="call"``), once the first stream has
+        captured them."""
+        return self._call_globals
+
+    def reset_voice(self) -> None:
+        """Forget the call's speaker globals: the next stream captures new ones."""
+        self._call_globals = None
+
+    def _call_voice(self, opts: _TTSOptions) -> tuple[int, ...] | None:
+        return self._call_globals if opts.voice_scope == "call" else None
+
+    def _keep_voice(self, opts: _TTSOptions, speaker_globals: tuple[int, ...]) -> None:
+        if opts.voice_scope == "call" and self._call_globals is None:
+            self._call_globals = tuple(speaker_globals)
+
+    def _new_turn(self, opts: _TTSOptions, timeout: float, stream: "_VoiceOfStream") -> Turn:
+        """A turn with the call's voice (if any); the voice it captures is kept."""
+        turn = Turn(self.pipeline, opts.turn(self.pipeline, timeout, self._call_voice(opts)))
+        stream.speaker_globals = turn.speaker_globals
+
+        def captured(speaker_globals: tuple[int, ...]) -> None:
+            stream.speaker_globals = speaker_globals
+            self._keep_voice(opts, speaker_globals)
+
+        turn.on_speaker_globals = captured
+        return turn
+
+    async def _speak_remote(self, opts: _TTSOptions, texts, push, timeout: float,
+                            stream: "_VoiceOfStream", on_started=lambda: None) -> None:
+        """One server context with the call's voice (if any); the voice it captures is kept."""
+        given = self._call_voice(opts)
+        stream.speaker_globals = given
+
+        def captured(speaker_globals: tuple[int, ...]) -> None:
+            stream.speaker_globals = speaker_globals
+            self._keep_voice(opts, speaker_globals)
+
+        await self._remote.speak(texts, opts.remote_message(given), push, timeout, on_started,
+                                 captured)
 
     async def _learn_sample_rate(self, timeout: float) -> int:
         """In remote mode the server's ``/ready`` says the rate (the profile given here is
@@ -271,7 +338,12 @@ def _map_error(e: BaseException, audio_pushed: bool) -> APIError:
     return APIConnectionError(f"veena synthesis failed: {e!r}", retryable=not audio_pushed)
 
 
-class ChunkedStream(tts.ChunkedStream):
+class _VoiceOfStream:
+    speaker_globals: tuple[int, ...] | None = None
+    """The speaker globals this stream spoke with (BiCodec), once known."""
+
+
+class ChunkedStream(_VoiceOfStream, tts.ChunkedStream):
     """``synthesize(text)``: the same chunked, pipelined turn over a complete text."""
 
     def __init__(self, *, tts: TTS, input_text: str, conn_options: APIConnectOptions) -> None:
@@ -289,8 +361,8 @@ class ChunkedStream(tts.ChunkedStream):
             async def whole():
                 yield self._input_text
 
-            await self._tts.remote.speak(whole(), self._opts.remote_message(),
-                                         output_emitter.push, self._conn_options.timeout)
+            await self._tts._speak_remote(self._opts, whole(), output_emitter.push,
+                                          self._conn_options.timeout, self)
             output_emitter.flush()
             return
         push = lambda pcm: output_emitter.push(to_int16(pcm).tobytes())  # noqa: E731
@@ -299,7 +371,7 @@ class ChunkedStream(tts.ChunkedStream):
             for chunk in chunk_text(self._input_text, self._opts.chunker):
                 yield chunk
 
-        turn = Turn(self._tts.pipeline, self._opts.turn(self._tts.pipeline, self._conn_options.timeout))
+        turn = self._tts._new_turn(self._opts, self._conn_options.timeout, self)
         try:
             await turn.speak(texts(), push)
         except asyncio.CancelledError:
@@ -309,7 +381,7 @@ class ChunkedStream(tts.ChunkedStream):
         output_emitter.flush()
 
 
-class SynthesizeStream(tts.SynthesizeStream):
+class SynthesizeStream(_VoiceOfStream, tts.SynthesizeStream):
     """``stream()``: LLM deltas in, one segment of audio out, chunk by chunk."""
 
     def __init__(self, *, tts: TTS, conn_options: APIConnectOptions) -> None:
@@ -331,9 +403,8 @@ class SynthesizeStream(tts.SynthesizeStream):
                     yield FLUSH if isinstance(data, self._FlushSentinel) else data
 
             try:
-                await self._tts.remote.speak(deltas(), self._opts.remote_message(),
-                                             output_emitter.push, self._conn_options.timeout,
-                                             self._mark_started)
+                await self._tts._speak_remote(self._opts, deltas(), output_emitter.push,
+                                              self._conn_options.timeout, self, self._mark_started)
             finally:
                 self._tts._streams.discard(self)
             output_emitter.end_segment()
@@ -351,7 +422,7 @@ class SynthesizeStream(tts.SynthesizeStream):
             for piece in chunker.flush():
                 yield piece
 
-        turn = Turn(self._tts.pipeline, self._opts.turn(self._tts.pipeline, self._conn_options.timeout))
+        turn = self._tts._new_turn(self._opts, self._conn_options.timeout, self)
         turn.on_request_started = self._mark_started
         try:
             await turn.speak(texts(), push)

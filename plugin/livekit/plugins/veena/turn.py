@@ -74,6 +74,13 @@ class Turn:
         self.chunk_globals: list[tuple[int, ...] | None] = []
         """Per finished chunk, the BiCodec globals it was decoded with (None for SNAC)."""
         self.on_request_started: Callable[[], None] = lambda: None
+        self.on_speaker_globals: Callable[[tuple[int, ...]], None] = lambda g: None
+        """Called once when the turn has captured its speaker globals (not when given)."""
+
+    def _learn_globals(self, speaker_globals: tuple[int, ...] | None) -> None:
+        if self.speaker_globals is None and speaker_globals is not None:
+            self.speaker_globals = speaker_globals
+            self.on_speaker_globals(speaker_globals)
 
     async def _prefetch(self, text: str, index: int, out: asyncio.Queue) -> None:
         """Generate one chunk into ``out`` (float arrays, then None)."""
@@ -90,8 +97,7 @@ class Turn:
             self.on_request_started()
             async with contextlib.aclosing(syn.__aiter__()) as chunks:
                 async for chunk in chunks:
-                    if self.speaker_globals is None and syn.speaker_globals is not None:
-                        self.speaker_globals = syn.speaker_globals
+                    self._learn_globals(syn.speaker_globals)
                     if len(chunk.pcm):
                         out.put_nowait(chunk.pcm)
             self.chunk_globals.append(syn.speaker_globals)
@@ -111,7 +117,7 @@ class Turn:
         await _until(self._first_started, first_task)
         if self._first_syn is not None:
             await _until(self._first_syn.globals_captured, first_task)
-            self.speaker_globals = self._first_syn.speaker_globals
+            self._learn_globals(self._first_syn.speaker_globals)
         if self.speaker_globals is None:
             raise TurnError("the first chunk ended before its 32 global tokens were captured")
 

@@ -36,7 +36,7 @@ from .admission import Admission, AdmissionOptions, Overloaded
 from .metrics import ServerMetrics
 from ..protocol import (ERROR_CODES, SAMPLING_FIELDS, ClientMessage, ProtocolError,
                         cancelled_event, done_event, encode_audio, error_event,
-                        parse_client_message, waiting_event)
+                        parse_client_message, voice_event, waiting_event)
 
 logger = logging.getLogger(__name__)
 
@@ -280,6 +280,7 @@ class _Context:
         self._out = out
         self._on_end = on_end
         self.turn = Turn(state.pipeline, turn_opts)
+        self.turn.on_speaker_globals = lambda g: self._send(voice_event(self.cid, g))
         self._created = time.perf_counter()
         self.last_sent = time.monotonic()
         self._first_audio: float | None = None
