@@ -46,10 +46,17 @@ def _resolve_model(model: str | None) -> str:
 
 
 async def _say(args: argparse.Namespace) -> int:
-    from .pipeline import Pipeline
+    from .pipeline import Pipeline, resolve_profile
     from .stitching import to_int16
+    from .voices import is_voice_path, load_voice
 
-    pipeline = Pipeline.from_model(_resolve_model(args.model), profile=args.profile)
+    model = _resolve_model(args.model)
+    profile = resolve_profile(model, args.profile)
+    voice, speaker_globals = args.voice, None
+    if voice and is_voice_path(voice):  # a saved voice: checked before any engine work
+        saved = load_voice(voice, profile)
+        voice, speaker_globals = saved.voice, saved.speaker_globals
+    pipeline = Pipeline.from_model(model, profile=profile)
     try:
         await pipeline.start()
         sampling = pipeline.default_sampling()
@@ -57,7 +64,8 @@ async def _say(args: argparse.Namespace) -> int:
             from dataclasses import replace
 
             sampling = replace(sampling, max_tokens=args.max_tokens)
-        syn = pipeline.synthesize(args.text, voice=args.voice, sampling=sampling, seed=args.seed)
+        syn = pipeline.synthesize(args.text, voice=voice, sampling=sampling, seed=args.seed,
+                                  speaker_globals=speaker_globals)
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         last_report = 0.0
@@ -81,6 +89,25 @@ async def _say(args: argparse.Namespace) -> int:
         await pipeline.aclose()
 
 
+async def _capture(args: argparse.Namespace) -> int:
+    from .pipeline import Pipeline
+    from .voices import capture_voice
+
+    model = _resolve_model(args.model)
+    pipeline = Pipeline.from_model(model, profile=args.profile)
+    try:
+        await pipeline.start()
+        saved = await capture_voice(pipeline, args.text, args.voice or pipeline.profile.default_voice,
+                                    seed=args.seed, model=model)
+        path = saved.save(args.output)
+        logger.info("voice saved", extra={"path": str(path), "voice": saved.voice,
+                                          "profile": saved.profile})
+        sys.stdout.write(f"voice={path}\n")
+        return 0
+    finally:
+        await pipeline.aclose()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="veena-tts", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -89,11 +116,21 @@ def main(argv: list[str] | None = None) -> int:
     say = sub.add_parser("say", help="speak TEXT into a WAV file through the streaming pipeline")
     say.add_argument("text")
     say.add_argument("-o", "--output", default="out.wav")
-    say.add_argument("--voice", default=None)
+    say.add_argument("--voice", default=None, help="a profile voice, or a saved voice file (.json)")
     say.add_argument("--model", default=None, help="model path or hub id (default: VEENA_MODEL)")
     say.add_argument("--profile", default=None, help="veena, orpheus or veena3")
     say.add_argument("--seed", type=int, default=None)
     say.add_argument("--max-tokens", type=int, default=None)
+
+    voice = sub.add_parser("voice", help="saved voices (BiCodec models)")
+    voice_sub = voice.add_subparsers(dest="voice_command", required=True)
+    capture = voice_sub.add_parser("capture", help="speak TEXT once and save the voice it used")
+    capture.add_argument("text")
+    capture.add_argument("-o", "--output", required=True, help="the voice file (.json)")
+    capture.add_argument("--voice", default=None, help="the profile voice to capture with")
+    capture.add_argument("--model", default=None)
+    capture.add_argument("--profile", default=None)
+    capture.add_argument("--seed", type=int, default=None)
 
     tiny = sub.add_parser("make-tiny-model", help="build a tiny random-weight model in DIR")
     tiny.add_argument("dir")
@@ -109,8 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
     started = time.perf_counter()
-    if args.command == "say":
-        return asyncio.run(_say(args))
+    if args.command in ("say", "voice"):
+        from .voices import VoiceFileError
+
+        try:
+            return asyncio.run(_say(args) if args.command == "say" else _capture(args))
+        except VoiceFileError as e:  # a clear line, not a stack trace
+            logger.error("%s", e)
+            return 2
     if args.command == "make-tiny-model":
         from .tiny_model import make_tiny_model
 

@@ -113,8 +113,7 @@ class Pipeline:
         """Build from a model path or hub id; a ``veena_tts.json`` beside it names the profile."""
         options = options or PipelineOptions.from_env()
         manifest = read_manifest(model)
-        prof = profile or manifest.get("profile") or env_str("VEENA_PROFILE", "veena")
-        prof = get_profile(prof) if isinstance(prof, str) else prof
+        prof = resolve_profile(model, profile)
         codec_model = codec_model or env_str("VEENA_CODEC_MODEL", "") or None
         if codec_model is None and manifest.get("codec_model"):
             codec_model = str(Path(model) / manifest["codec_model"])
@@ -208,3 +207,10 @@ class Pipeline:
     async def aclose(self) -> None:
         await self.scheduler.aclose()
         await self.engine.aclose()
+
+
+def resolve_profile(model: str, profile: str | ModelProfile | None = None) -> ModelProfile:
+    """The profile a model is read with: the one given, else its folder's manifest, else
+    ``VEENA_PROFILE`` (default ``veena``)."""
+    prof = profile or read_manifest(model).get("profile") or env_str("VEENA_PROFILE", "veena")
+    return get_profile(prof) if isinstance(prof, str) else prof

@@ -33,6 +33,7 @@ from .settings import env_float, env_int
 from .stitching import to_int16
 from .turn import Turn, TurnOptions, TurnTimeout
 from .validation import check_float, check_int
+from .voices import VoiceFile, is_voice_path, load_voice
 
 _PIPELINES: dict[tuple[str, object], Pipeline] = {}
 """One pipeline (engine + decode scheduler) per (model, profile) per process, shared by
@@ -123,6 +124,8 @@ class TTS(tts.TTS):
         to ``startup_timeout`` (default ``VEENA_STARTUP_TIMEOUT_S``, 600 s); the stream's
         ``conn_options.timeout`` then bounds only a running request's lack of progress.
 
+        ``voice`` is a profile voice name, or the path of a saved voice file (``*.json``,
+        ``veena-tts voice capture``): its speaker globals are then the voice of every stream.
         ``voice_scope`` (default ``call`` where the model family has speaker globals, i.e.
         BiCodec): the first stream captures 32 global tokens and every later stream of this
         TTS reuses them, so the voice stays the same for the whole call; ``reset_voice()``
@@ -158,6 +161,10 @@ class TTS(tts.TTS):
             num_channels=1,
         )
         base = family_for(prof).default_sampling()
+        self._voice_file: VoiceFile | None = None
+        if is_given(voice) and isinstance(voice, str) and is_voice_path(voice):
+            self._voice_file = load_voice(voice, prof)
+            voice = self._voice_file.voice
         self._opts = _TTSOptions(
             voice=prof.check_voice(voice if is_given(voice) else prof.default_voice),
             temperature=temperature if is_given(temperature) else base.temperature,
@@ -227,25 +234,34 @@ class TTS(tts.TTS):
             voice=voice, temperature=temperature, top_p=top_p, top_k=top_k,
             repetition_penalty=repetition_penalty, max_tokens_per_chunk=max_tokens_per_chunk,
             seed=seed).items() if is_given(v)}
+        voice_file = self._voice_file
         if "voice" in changes:
+            voice_file = None
+            if isinstance(changes["voice"], str) and is_voice_path(changes["voice"]):
+                voice_file = load_voice(changes["voice"], self._profile)
+                changes["voice"] = voice_file.voice
             self._profile.check_voice(changes["voice"])
         opts = dataclasses.replace(self._opts, **changes)
         self._validate(opts)
         self._opts = opts
         if "voice" in changes:
+            self._voice_file = voice_file
             self.reset_voice()
 
     @property
     def speaker_globals(self) -> tuple[int, ...] | None:
-        """The call's speaker globals (``voice_scope="call"``), once the first stream has
-        captured them."""
-        return self._call_globals
+        """The speaker globals every stream uses: a voice file's, or (``voice_scope="call"``)
+        the ones the first stream captured."""
+        return self._voice_file.speaker_globals if self._voice_file else self._call_globals
 
     def reset_voice(self) -> None:
-        """Forget the call's speaker globals: the next stream captures new ones."""
+        """Forget the call's captured speaker globals: the next stream captures new ones
+        (a voice file's globals stay until ``update_options(voice=...)``)."""
         self._call_globals = None
 
     def _call_voice(self, opts: _TTSOptions) -> tuple[int, ...] | None:
+        if self._voice_file is not None:
+            return self._voice_file.speaker_globals
         return self._call_globals if opts.voice_scope == "call" else None
 
     def _keep_voice(self, opts: _TTSOptions, speaker_globals: tuple[int, ...]) -> None:

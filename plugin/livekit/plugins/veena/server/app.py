@@ -32,6 +32,7 @@ from ..stitching import to_int16
 from ..settings import env_float, env_int, env_str
 from ..turn import Turn, TurnOptions, TurnTimeout
 from ..validation import check_bool, check_float, check_int, check_str
+from ..voices import VoiceFile, voices_in
 from .admission import Admission, AdmissionOptions, Overloaded
 from .metrics import ServerMetrics
 from ..protocol import (ERROR_CODES, SAMPLING_FIELDS, ClientMessage, ProtocolError,
@@ -74,6 +75,8 @@ class ServerOptions:
     """A waiting context hears ``waiting`` this often, so clients can tell busy from dead."""
     engine_dead_exit_s: float = 5.0
     """After the engine dies, answer 503 this long, then exit non-zero."""
+    voices_dir: str | None = None
+    """Every ``*.json`` voice file here is a voice clients can name (by its file name)."""
     chunker: ChunkerOptions = ChunkerOptions()
 
     @classmethod
@@ -100,6 +103,7 @@ class ServerOptions:
                                              cls.socket_send_buffer_bytes),
             keepalive_s=env_float("VEENA_KEEPALIVE_S", cls.keepalive_s),
             engine_dead_exit_s=env_float("VEENA_ENGINE_DEAD_EXIT_S", cls.engine_dead_exit_s),
+            voices_dir=env_str("VEENA_VOICES_DIR", "") or None,
             chunker=ChunkerOptions.from_env(),
         ).validate()
 
@@ -135,6 +139,9 @@ class _ServerState:
             on_reject=lambda reason: self.metrics.rejected.labels(reason).inc())
         self.contexts: set[_Context] = set()
         self.connections = 0
+        self.voices: dict[str, VoiceFile] = (
+            voices_in(options.voices_dir, pipeline.profile) if options.voices_dir else {})
+        """Saved voices by name; a bad file stops the server at start-up with its reason."""
 
     def refusal(self) -> tuple[str, str] | None:
         """Why no new stream can be accepted now (code, message), or None."""
@@ -183,9 +190,16 @@ def _sampling(pipeline: Pipeline, sampling: Any) -> SamplingOptions:
     return replace(pipeline.default_sampling(), **sampling).validate()
 
 
-def _turn_options(pipeline: Pipeline, opts: ServerOptions, voice: Any, sampling: Any,
-                  seed: Any, speaker_globals: Any) -> TurnOptions:
-    """Validate everything a client asked for, by type and range, before any engine work."""
+def _turn_options(state: "_ServerState", voice: Any, sampling: Any, seed: Any,
+                  speaker_globals: Any) -> TurnOptions:
+    """Validate everything a client asked for, by type and range, before any engine work.
+    A saved voice's name stands for its profile voice and its speaker globals."""
+    pipeline = state.pipeline
+    saved = state.voices.get(voice) if isinstance(voice, str) else None
+    if saved is not None:
+        voice = saved.voice
+        if speaker_globals is None:
+            speaker_globals = saved.speaker_globals
     voice = pipeline.profile.check_voice(
         pipeline.profile.default_voice if voice is None else voice)
     s = _sampling(pipeline, sampling)
@@ -193,7 +207,7 @@ def _turn_options(pipeline: Pipeline, opts: ServerOptions, voice: Any, sampling:
     if seed is not None:
         check_int("seed", seed, 0, 2**63 - 1)
     return TurnOptions(voice=voice, sampling=s, seed=seed, speaker_globals=globals_,
-                       timeout=opts.turn_timeout_s,
+                       timeout=state.options.turn_timeout_s,
                        startup_timeout=pipeline.engine.options.startup_timeout_s)
 
 
@@ -486,7 +500,7 @@ def _handle(msg: ClientMessage, contexts: dict[str, _Context], state: _ServerSta
                                 f"a context may carry at most {opts.max_text_chars} characters",
                                 msg.context_id)
         try:
-            turn_opts = _turn_options(state.pipeline, opts, msg.voice, msg.sampling, msg.seed,
+            turn_opts = _turn_options(state, msg.voice, msg.sampling, msg.seed,
                                       msg.speaker_globals)
         except ValueError as e:
             raise ProtocolError(_error_code(e), str(e), msg.context_id) from None
@@ -535,8 +549,8 @@ def _speech_request(body: Any, state: _ServerState) -> _SpeechRequest:
         raise ProtocolError("bad_field", "only speed 1.0 is supported")
     stream = check_bool("stream", body.get("stream", False))
     sampling = body.get("sampling")
-    turn = _turn_options(state.pipeline, opts, body.get("voice"),
-                         {} if sampling is None else sampling, body.get("seed"), None)
+    turn = _turn_options(state, body.get("voice"), {} if sampling is None else sampling,
+                         body.get("seed"), None)
     return _SpeechRequest(text, fmt, stream, turn)
 
 
@@ -663,6 +677,16 @@ async def _ready(request: web.Request) -> web.Response:
                               "sample_rate": pipeline.sample_rate}, status=503)
 
 
+async def _voices(request: web.Request) -> web.Response:
+    """``GET /v1/voices``: the profile's voices and the saved ones (``VEENA_VOICES_DIR``)."""
+    state = _state(request)
+    profile = state.pipeline.profile
+    return web.json_response({
+        "profile": profile.name, "voices": list(profile.voices),
+        "saved": [{"name": name, "voice": v.voice, "model": v.model}
+                  for name, v in state.voices.items()]})
+
+
 async def _metrics(request: web.Request) -> web.Response:
     return web.Response(body=_state(request).metrics.render(),
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
@@ -679,6 +703,7 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
     pipeline.engine.add_dead_listener(state.on_engine_dead)
     app.router.add_get("/v1/stream", _websocket)
     app.router.add_post("/v1/audio/speech", _speech)
+    app.router.add_get("/v1/voices", _voices)
     app.router.add_get("/health", _health)
     app.router.add_get("/ready", _ready)
     app.router.add_get("/metrics", _metrics)

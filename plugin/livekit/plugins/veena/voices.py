@@ -1,0 +1,97 @@
+"""Saved voices: a BiCodec speaker's 32 global tokens in a small JSON file, so a voice
+captured once (``veena-tts voice capture``) is the voice of every later call, process and
+server.
+
+The file names its profile and model, the voice name it was captured with, and a format
+version; loading checks all of it (and every id's type and range) before any engine work,
+so a file for another profile or a hand-edited one fails with a clear ``VoiceFileError``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .families import family_for
+
+FORMAT_VERSION = 1
+
+
+class VoiceFileError(ValueError):
+    """A voice file that cannot be used here (malformed, another profile, bad ids)."""
+
+
+@dataclass(frozen=True)
+class VoiceFile:
+    profile: str
+    model: str
+    voice: str
+    """The profile voice (speaker prompt) the globals were captured with."""
+    speaker_globals: tuple[int, ...]
+    format_version: int = FORMAT_VERSION
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {**asdict(self), "speaker_globals": list(self.speaker_globals)}
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        return path
+
+
+def is_voice_path(voice: str) -> bool:
+    """Whether a ``voice`` option names a voice file rather than a profile voice."""
+    return voice.endswith(".json")
+
+
+def load_voice(path: str | Path, profile: Any) -> VoiceFile:
+    """Read and check a voice file against ``profile`` (VoiceFileError on any problem)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise VoiceFileError(f"no voice file at {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise VoiceFileError(f"voice file {path} is not valid JSON: {e}") from None
+    return parse_voice(data, profile, str(path))
+
+
+def parse_voice(data: Any, profile: Any, where: str = "voice") -> VoiceFile:
+    if not isinstance(data, dict):
+        raise VoiceFileError(f"{where}: a voice file is a JSON object")
+    if data.get("format_version") != FORMAT_VERSION:
+        raise VoiceFileError(f"{where}: format_version must be {FORMAT_VERSION}, "
+                             f"got {data.get('format_version')!r}")
+    for key in ("profile", "model", "voice"):
+        if not isinstance(data.get(key), str):
+            raise VoiceFileError(f"{where}: {key!r} must be a string")
+    if data["profile"] != profile.name:
+        raise VoiceFileError(f"{where}: captured for profile {data['profile']!r}, "
+                             f"not {profile.name!r}")
+    try:
+        voice = profile.check_voice(data["voice"])
+        speaker_globals = family_for(profile).check_globals(data.get("speaker_globals"))
+    except ValueError as e:
+        raise VoiceFileError(f"{where}: {e}") from None
+    return VoiceFile(data["profile"], data["model"], voice, speaker_globals)
+
+
+def voices_in(folder: str | Path, profile: Any) -> dict[str, VoiceFile]:
+    """Every ``*.json`` voice in ``folder`` by its file name (without ``.json``)."""
+    return {p.stem: load_voice(p, profile) for p in sorted(Path(folder).glob("*.json"))}
+
+
+async def capture_voice(pipeline: Any, text: str, voice: str, *, seed: int | None = None,
+                        model: str | None = None) -> VoiceFile:
+    """Speak ``text`` once with ``voice`` and keep the speaker globals it captured."""
+    if not pipeline.family.has_speaker_globals:
+        raise VoiceFileError(f"model profile {pipeline.profile.name} has no speaker tokens to "
+                             "capture (its voice is the speaker prompt alone)")
+    syn = pipeline.synthesize(text, voice=voice, seed=seed)
+    async for _ in syn:
+        pass
+    if syn.speaker_globals is None:
+        raise VoiceFileError("the model produced no complete set of speaker tokens")
+    return VoiceFile(pipeline.profile.name, model or pipeline.engine.options.model, syn.voice,
+                     tuple(syn.speaker_globals))
