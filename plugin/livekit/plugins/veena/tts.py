@@ -268,16 +268,20 @@ class TTS(tts.TTS):
         if opts.voice_scope == "call" and self._call_globals is None:
             self._call_globals = tuple(speaker_globals)
 
-    def _new_turn(self, opts: _TTSOptions, timeout: float, stream: "_VoiceOfStream") -> Turn:
-        """A turn with the call's voice (if any); the voice it captures is kept."""
-        turn = Turn(self.pipeline, opts.turn(self.pipeline, timeout, self._call_voice(opts)))
-        stream.speaker_globals = turn.speaker_globals
-
+    def _keeper(self, opts: _TTSOptions, stream: "_VoiceOfStream"):
+        """What to do with the speaker globals a stream captures: note them on the stream,
+        and keep them as the call's voice (``voice_scope="call"``)."""
         def captured(speaker_globals: tuple[int, ...]) -> None:
             stream.speaker_globals = speaker_globals
             self._keep_voice(opts, speaker_globals)
 
-        turn.on_speaker_globals = captured
+        return captured
+
+    def _new_turn(self, opts: _TTSOptions, timeout: float, stream: "_VoiceOfStream") -> Turn:
+        """A turn with the call's voice (if any); the voice it captures is kept."""
+        turn = Turn(self.pipeline, opts.turn(self.pipeline, timeout, self._call_voice(opts)))
+        stream.speaker_globals = turn.speaker_globals
+        turn.on_speaker_globals = self._keeper(opts, stream)
         return turn
 
     async def _speak_remote(self, opts: _TTSOptions, texts, push, timeout: float,
@@ -285,13 +289,8 @@ class TTS(tts.TTS):
         """One server context with the call's voice (if any); the voice it captures is kept."""
         given = self._call_voice(opts)
         stream.speaker_globals = given
-
-        def captured(speaker_globals: tuple[int, ...]) -> None:
-            stream.speaker_globals = speaker_globals
-            self._keep_voice(opts, speaker_globals)
-
         await self._remote.speak(texts, opts.remote_message(given), push, timeout, on_started,
-                                 captured)
+                                 self._keeper(opts, stream))
 
     async def _learn_sample_rate(self, timeout: float) -> int:
         """In remote mode the server's ``/ready`` says the rate (the profile given here is
