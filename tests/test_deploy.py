@@ -1,0 +1,129 @@
+"""The deployment files, checked offline: they parse, and every command, port, route,
+metric and environment variable they name exists in the project and in .env.example.
+``kubectl kustomize`` and ``docker compose config`` run where those tools are present."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from livekit.plugins.veena import cli
+from livekit.plugins.veena.server.metrics import ServerMetrics
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+EXTERNAL_VARS = {"HF_HOME"}  # the Hugging Face cache, not ours
+
+
+def _env_example() -> dict[str, str]:
+    pairs = [line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
+             if "=" in line and not line.startswith("#")]
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _compose() -> dict:
+    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+
+
+def _k8s() -> dict[str, dict]:
+    docs = {}
+    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            docs[doc["kind"]] = doc
+    return docs
+
+
+def test_every_environment_variable_is_documented():
+    documented = set(_env_example())
+    named = set()
+    for service in _compose()["services"].values():
+        named |= set(service.get("environment", {}))
+    named |= set(_k8s()["ConfigMap"]["data"])
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    named |= set(re.findall(r"\b(VEENA_[A-Z_]+)=", dockerfile))
+    assert named - EXTERNAL_VARS <= documented, sorted(named - EXTERNAL_VARS - documented)
+
+
+def test_commands_ports_and_routes_exist():
+    port = int(_env_example()["VEENA_PORT"])
+    assert port == 8700
+    scripts = (ROOT / "pyproject.toml").read_text()
+    assert 'veena-tts = "livekit.plugins.veena.cli:main"' in scripts
+    with pytest.raises(SystemExit) as info:  # the serve subcommand and its flags exist
+        cli.main(["serve", "--help"])
+    assert info.value.code == 0
+    k8s = _k8s()
+    container = k8s["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][:2] == ["veena-tts", "serve"]
+    assert container["ports"][0]["containerPort"] == port
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert k8s["Service"]["spec"]["ports"][0]["port"] == port
+    from livekit.plugins.veena.server.app import create_app
+
+    class _Stub:  # routes only: no engine is built
+        class engine:
+            options = type("O", (), {"max_num_seqs": 8})()
+
+            @staticmethod
+            def add_dead_listener(_):
+                pass
+
+        class scheduler:
+            @staticmethod
+            def add_batch_listener(_):
+                pass
+
+        profile = None
+        ready = False
+
+    routes = {r.resource.canonical for r in create_app(_Stub, own_pipeline=False).router.routes()}
+    assert {"/ready", "/health", "/metrics", "/v1/stream"} <= routes
+    compose = _compose()["services"]
+    assert compose["tts"]["ports"] == [f"{port}:{port}"]
+    assert compose["agent"]["environment"]["VEENA_TTS_URL"] == f"ws://tts:{port}"
+    assert compose["tts"]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    assert "/ready" in " ".join(compose["tts"]["healthcheck"]["test"])
+    assert (ROOT / "agent" / "agent.py").is_file()
+
+
+def test_dockerfile_runs_the_server_as_a_user_with_a_health_check():
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert re.search(r"^FROM nvidia/cuda:", text, re.M)
+    assert '".[cuda]"' in text
+    user = re.findall(r"^USER (\S+)", text, re.M)
+    assert user and user[-1] != "root"
+    assert "EXPOSE 8700" in text and re.search(r"HEALTHCHECK .*\n?.*/ready", text)
+    assert re.search(r'CMD \["veena-tts", "serve"', text)
+
+
+def test_autoscaling_uses_a_metric_the_server_exports():
+    hpa = _k8s()["HorizontalPodAutoscaler"]
+    name = hpa["spec"]["metrics"][0]["pods"]["metric"]["name"]
+    exported = ServerMetrics().render().decode()
+    assert re.search(rf"^# TYPE {name} gauge", exported, re.M)
+    assert hpa["spec"]["scaleTargetRef"]["name"] == _k8s()["Deployment"]["metadata"]["name"]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_kustomize_builds_the_manifests():
+    out = subprocess.run(["kubectl", "kustomize", str(DEPLOY / "k8s")], check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    kinds = [d["kind"] for d in yaml.safe_load_all(out) if d]
+    assert sorted(kinds) == ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Service"]
+
+
+def _compose_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _compose_available(), reason="docker compose is not installed")
+def test_docker_compose_config_parses():
+    subprocess.run(["docker", "compose", "-f", str(DEPLOY / "compose.yaml"), "config", "-q"],
+                   check=True, timeout=120)
