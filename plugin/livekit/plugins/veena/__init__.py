@@ -25,5 +25,18 @@ class VeenaPlugin(Plugin):
     def __init__(self) -> None:
         super().__init__(__name__, __version__, __package__, logger)
 
+    def download_files(self) -> None:
+        """``python agent.py download-files``: fetch ``VEENA_MODEL`` and its codec into the
+        Hugging Face cache. An agent that speaks through a server (``VEENA_TTS_URL``) and
+        names no model has nothing to fetch."""
+        import os
+
+        from .download import download_model
+
+        if not os.environ.get("VEENA_MODEL"):
+            logger.info("VEENA_MODEL is not set: no TTS model to download")
+            return
+        download_model()
+
 
 Plugin.register_plugin(VeenaPlugin())

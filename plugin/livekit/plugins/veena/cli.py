@@ -132,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     capture.add_argument("--profile", default=None)
     capture.add_argument("--seed", type=int, default=None)
 
+    download = sub.add_parser("download", help="fetch MODEL (default VEENA_MODEL) and its codec "
+                                               "into the Hugging Face cache")
+    download.add_argument("model", nargs="?", default=None)
+    download.add_argument("--profile", default=None)
+
     tiny = sub.add_parser("make-tiny-model", help="build a tiny random-weight model in DIR")
     tiny.add_argument("dir")
     tiny.add_argument("--profile", default="veena")
@@ -154,6 +159,16 @@ def main(argv: list[str] | None = None) -> int:
         except VoiceFileError as e:  # a clear line, not a stack trace
             logger.error("%s", e)
             return 2
+    if args.command == "download":
+        from .download import DownloadError, download_model
+
+        try:
+            for folder in download_model(args.model, profile=args.profile):
+                sys.stdout.write(f"{folder}\n")
+        except DownloadError as e:
+            logger.error("%s", e)
+            return 2
+        return 0
     if args.command == "make-tiny-model":
         from .tiny_model import make_tiny_model
 
