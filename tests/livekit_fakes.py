@@ -60,3 +60,17 @@ class CapturingAudioOutput(io.AudioOutput):
     @property
     def seconds(self) -> float:
         return sum(f.duration for f in self.frames)
+
+
+class CapturingTextOutput(io.TextOutput):
+    """Records every piece of transcript text the session sends to the text output."""
+
+    def __init__(self) -> None:
+        super().__init__(label="capture-text", next_in_chain=None)
+        self.pieces: list = []
+
+    async def capture_text(self, text: str) -> None:
+        self.pieces.append(text)
+
+    def flush(self) -> None:
+        pass

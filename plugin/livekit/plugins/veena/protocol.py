@@ -16,7 +16,8 @@ context waits (engine start-up, a stream slot, vLLM's queue) and sends nothing e
 server sends ``{"type": "waiting", "context_id": ...}`` every keep-alive interval, so a
 client's read timeout measures a silent server, not a busy one. A context that captured
 speaker globals (BiCodec) sends ``{"type": "voice", "speaker_globals": [32 ints]}`` as soon as
-they are known.
+they are known; after each text chunk's audio it sends ``{"type": "words", "words": [{"text",
+"start", "end"}]}`` (seconds in the context's audio) for aligned transcripts.
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ class ServerEvent:
     message: str = ""
     audio_seconds: float | None = None
     speaker_globals: tuple[int, ...] | None = None
+    words: tuple[tuple[str, float, float], ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -204,10 +206,16 @@ def parse_server_event(raw: str) -> ServerEvent:
     globals_ = event.get("speaker_globals")
     if globals_ is not None and (not isinstance(globals_, list) or not all(map(is_int, globals_))):
         raise ProtocolError("bad_message", "speaker_globals must be a list of integers")
+    words = event.get("words") or []
+    if not isinstance(words, list) or not all(
+            isinstance(w, dict) and isinstance(w.get("text"), str) and is_number(w.get("start"))
+            and is_number(w.get("end")) for w in words):
+        raise ProtocolError("bad_message", "words must be a list of {text, start, end}")
     return ServerEvent(event["type"], cid if isinstance(cid, str) else None,
                        str(event.get("code", "")), str(event.get("message", "")),
                        float(seconds) if is_number(seconds) else None,
-                       None if globals_ is None else tuple(globals_), event)
+                       None if globals_ is None else tuple(globals_),
+                       tuple((w["text"], float(w["start"]), float(w["end"])) for w in words), event)
 
 
 def done_event(context_id: str, audio_seconds: float) -> dict[str, Any]:
@@ -227,6 +235,13 @@ def voice_event(context_id: str, speaker_globals: tuple[int, ...]) -> dict[str, 
     """The speaker globals a context captured, as soon as known: a client keeping one voice
     for a call sends them with its later contexts."""
     return {"type": "voice", "context_id": context_id, "speaker_globals": list(speaker_globals)}
+
+
+def words_event(context_id: str, words: list[tuple[str, float, float]]) -> dict[str, Any]:
+    """A chunk's words with their times in the context's audio (seconds), sent once the
+    chunk's audio is out: aligned transcripts for the client."""
+    return {"type": "words", "context_id": context_id,
+            "words": [{"text": t, "start": round(a, 4), "end": round(b, 4)} for t, a, b in words]}
 
 
 def waiting_event(context_id: str) -> dict[str, Any]:

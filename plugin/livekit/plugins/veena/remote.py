@@ -112,7 +112,9 @@ class RemoteClient:
     async def speak(self, texts: AsyncIterable[Any], first_message: dict[str, Any],
                     push: Callable[[bytes], None], timeout: float,
                     on_started: Callable[[], None] = lambda: None,
-                    on_voice: Callable[[tuple[int, ...]], None] = lambda g: None) -> None:
+                    on_voice: Callable[[tuple[int, ...]], None] = lambda g: None,
+                    on_words: Callable[[tuple[tuple[str, float, float], ...]], None]
+                    = lambda words: None) -> None:
         """Send ``texts`` (strings or FLUSH) as one context and push its int16 PCM bytes
         until it is done; ``on_voice`` hears the speaker globals the server captured."""
         cid = utils.shortuuid()
@@ -143,6 +145,9 @@ class RemoteClient:
                         continue  # a stale context on this pooled socket
                     if event.type == "voice" and event.speaker_globals is not None:
                         on_voice(event.speaker_globals)
+                        continue
+                    if event.type == "words":
+                        on_words(event.words)
                         continue
                     if event.type in ("done", "cancelled"):
                         if sender.done() and sender.exception():

@@ -19,7 +19,7 @@ from livekit.agents import (
     tts,
     utils,
 )
-from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr, TimedString
 from livekit.agents.utils import is_given
 
 from .chunking import ChunkerOptions, TextChunker, chunk_text
@@ -31,6 +31,7 @@ from .profiles import ModelProfile, get_profile
 from .remote import FLUSH, RemoteClient
 from .settings import env_float, env_int
 from .stitching import to_int16
+from .transcripts import word_timings
 from .turn import Turn, TurnOptions, TurnTimeout
 from .validation import check_float, check_int
 from .voices import VoiceFile, is_voice_path, load_voice
@@ -156,7 +157,7 @@ class TTS(tts.TTS):
             self._model_name = pipeline.engine.options.model
         self._profile = prof
         super().__init__(
-            capabilities=tts.TTSCapabilities(streaming=True),
+            capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
             sample_rate=prof.sample_rate,
             num_channels=1,
         )
@@ -277,20 +278,26 @@ class TTS(tts.TTS):
 
         return captured
 
-    def _new_turn(self, opts: _TTSOptions, timeout: float, stream: "_VoiceOfStream") -> Turn:
-        """A turn with the call's voice (if any); the voice it captures is kept."""
+    def _new_turn(self, opts: _TTSOptions, timeout: float, stream: "_VoiceOfStream",
+                  emitter: tts.AudioEmitter) -> Turn:
+        """A turn with the call's voice (if any); the voice it captures is kept, and each
+        chunk's words go out as timed transcripts."""
         turn = Turn(self.pipeline, opts.turn(self.pipeline, timeout, self._call_voice(opts)))
         stream.speaker_globals = turn.speaker_globals
         turn.on_speaker_globals = self._keeper(opts, stream)
+        turn.on_chunk_spoken = lambda text, a, b: _push_words(
+            emitter, [(w.text, w.start, w.end) for w in word_timings(text, a, b)])
         return turn
 
-    async def _speak_remote(self, opts: _TTSOptions, texts, push, timeout: float,
-                            stream: "_VoiceOfStream", on_started=lambda: None) -> None:
+    async def _speak_remote(self, opts: _TTSOptions, texts, emitter: tts.AudioEmitter,
+                            timeout: float, stream: "_VoiceOfStream",
+                            on_started=lambda: None) -> None:
         """One server context with the call's voice (if any); the voice it captures is kept."""
         given = self._call_voice(opts)
         stream.speaker_globals = given
-        await self._remote.speak(texts, opts.remote_message(given), push, timeout, on_started,
-                                 self._keeper(opts, stream))
+        await self._remote.speak(texts, opts.remote_message(given), emitter.push, timeout,
+                                 on_started, self._keeper(opts, stream),
+                                 lambda words: _push_words(emitter, words))
 
     async def _learn_sample_rate(self, timeout: float) -> int:
         """In remote mode the server's ``/ready`` says the rate (the profile given here is
@@ -341,6 +348,13 @@ class TTS(tts.TTS):
                 await self._prewarm_task
 
 
+def _push_words(emitter: tts.AudioEmitter, words) -> None:
+    """Timed words (text, start s, end s) for ``AgentSession(use_tts_aligned_transcript=True)``."""
+    if words:
+        emitter.push_timed_transcript(
+            [TimedString(text, start_time=a, end_time=b) for text, a, b in words])
+
+
 def _map_error(e: BaseException, audio_pushed: bool) -> APIError:
     if isinstance(e, APIError):
         return e
@@ -376,7 +390,7 @@ class ChunkedStream(_VoiceOfStream, tts.ChunkedStream):
             async def whole():
                 yield self._input_text
 
-            await self._tts._speak_remote(self._opts, whole(), output_emitter.push,
+            await self._tts._speak_remote(self._opts, whole(), output_emitter,
                                           self._conn_options.timeout, self)
             output_emitter.flush()
             return
@@ -386,7 +400,7 @@ class ChunkedStream(_VoiceOfStream, tts.ChunkedStream):
             for chunk in chunk_text(self._input_text, self._opts.chunker):
                 yield chunk
 
-        turn = self._tts._new_turn(self._opts, self._conn_options.timeout, self)
+        turn = self._tts._new_turn(self._opts, self._conn_options.timeout, self, output_emitter)
         try:
             await turn.speak(texts(), push)
         except asyncio.CancelledError:
@@ -418,7 +432,7 @@ class SynthesizeStream(_VoiceOfStream, tts.SynthesizeStream):
                     yield FLUSH if isinstance(data, self._FlushSentinel) else data
 
             try:
-                await self._tts._speak_remote(self._opts, deltas(), output_emitter.push,
+                await self._tts._speak_remote(self._opts, deltas(), output_emitter,
                                               self._conn_options.timeout, self, self._mark_started)
             finally:
                 self._tts._streams.discard(self)
@@ -437,7 +451,7 @@ class SynthesizeStream(_VoiceOfStream, tts.SynthesizeStream):
             for piece in chunker.flush():
                 yield piece
 
-        turn = self._tts._new_turn(self._opts, self._conn_options.timeout, self)
+        turn = self._tts._new_turn(self._opts, self._conn_options.timeout, self, output_emitter)
         turn.on_request_started = self._mark_started
         try:
             await turn.speak(texts(), push)

@@ -76,6 +76,10 @@ class Turn:
         self.on_request_started: Callable[[], None] = lambda: None
         self.on_speaker_globals: Callable[[tuple[int, ...]], None] = lambda g: None
         """Called once when the turn has captured its speaker globals (not when given)."""
+        self.on_chunk_spoken: Callable[[str, float, float], None] = lambda text, a, b: None
+        """Called after each chunk's audio with its text and its span in the turn's audio
+        (seconds from the turn's first sample): exact chunk boundaries for transcripts."""
+        self._texts: dict[int, str] = {}
 
     def _learn_globals(self, speaker_globals: tuple[int, ...] | None) -> None:
         if self.speaker_globals is None and speaker_globals is not None:
@@ -132,6 +136,7 @@ class Turn:
                 await self._slots.acquire()
                 q: asyncio.Queue = asyncio.Queue()
                 self._chunk_started[index] = time.monotonic()
+                self._texts[index] = text
                 self._tasks.append(asyncio.create_task(self._prefetch(text, index, q),
                                                        name=f"veena-chunk-{index}"))
                 order.put_nowait(q)
@@ -141,17 +146,24 @@ class Turn:
         await self._p.start(self._opts.startup_timeout)
         joiner = ChunkJoiner(int(self._opts.chunk_crossfade_ms * self._p.sample_rate / 1000))
         scheduler = asyncio.create_task(schedule(), name="veena-turn-schedule")
+        rate = self._p.sample_rate
         try:
-            index = 0
+            index, start = 0, 0
             while (q := await order.get()) is not None:
+                samples = 0
                 while (item := await self._next(q, index)) is not None:
                     if isinstance(item, BaseException):
                         raise item
+                    samples += len(item)
                     pcm = joiner.push(item)
                     if len(pcm):
                         push(pcm)
                         self.audio_pushed = True
                 joiner.end_chunk()
+                if samples:  # a seam's crossfade counts as the earlier chunk's
+                    end = start + samples - (joiner.crossfade if index else 0)
+                    self.on_chunk_spoken(self._texts[index], start / rate, end / rate)
+                    start = end
                 index += 1
             tail = joiner.finish()
             if len(tail):

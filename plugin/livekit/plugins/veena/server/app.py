@@ -29,6 +29,7 @@ from ..engine import EngineDeadError, EngineError, EngineStartingError, Sampling
 from ..families import InvalidGlobalsError
 from ..pipeline import Pipeline
 from ..stitching import to_int16
+from ..transcripts import word_timings
 from ..settings import env_float, env_int, env_str
 from ..turn import Turn, TurnOptions, TurnTimeout
 from ..validation import check_bool, check_float, check_int, check_str
@@ -37,7 +38,7 @@ from .admission import Admission, AdmissionOptions, Overloaded
 from .metrics import ServerMetrics
 from ..protocol import (ERROR_CODES, SAMPLING_FIELDS, ClientMessage, ProtocolError,
                         cancelled_event, done_event, encode_audio, error_event,
-                        parse_client_message, voice_event, waiting_event)
+                        parse_client_message, voice_event, waiting_event, words_event)
 
 logger = logging.getLogger(__name__)
 
@@ -295,6 +296,8 @@ class _Context:
         self._on_end = on_end
         self.turn = Turn(state.pipeline, turn_opts)
         self.turn.on_speaker_globals = lambda g: self._send(voice_event(self.cid, g))
+        self.turn.on_chunk_spoken = lambda text, a, b: self._send(words_event(
+            self.cid, [(w.text, w.start, w.end) for w in word_timings(text, a, b)]))
         self._created = time.perf_counter()
         self.last_sent = time.monotonic()
         self._first_audio: float | None = None
