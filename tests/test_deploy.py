@@ -63,7 +63,7 @@ def test_commands_ports_and_routes_exist():
     assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     assert k8s["Service"]["spec"]["ports"][0]["port"] == port
-    from livekit.plugins.veena.server.app import create_app
+    from livekit.plugins.veena.server.app import ServerOptions, create_app
 
     class _Stub:  # routes only: no engine is built
         class engine:
@@ -81,7 +81,8 @@ def test_commands_ports_and_routes_exist():
         profile = None
         ready = False
 
-    routes = {r.resource.canonical for r in create_app(_Stub, own_pipeline=False).router.routes()}
+    app = create_app(_Stub, ServerOptions(), own_pipeline=False)
+    routes = {r.resource.canonical for r in app.router.routes()}
     assert {"/ready", "/health", "/metrics", "/v1/stream"} <= routes
     compose = _compose()["services"]
     assert compose["tts"]["ports"] == [f"{port}:{port}"]
