@@ -76,7 +76,7 @@ async def _speak_outcome(ws, msg) -> str:
             continue
         assert m.type == aiohttp.WSMsgType.TEXT, m
         event = json.loads(m.data)
-        if event["type"] == "waiting" or event.get("context_id") not in (cid, None):
+        if event["type"] in ("waiting", "voice", "words") or event.get("context_id") not in (cid, None):
             continue  # e.g. an earlier context's answer to a cancel that crossed its end
         if event["type"] == "error":
             assert _is_client_error(event), (msg, event)

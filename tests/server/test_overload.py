@@ -18,6 +18,7 @@ from ..helpers import engine_settled
 from .conftest import serve
 
 pytestmark = pytest.mark.engine
+TERMINAL = ("done", "cancelled", "error")
 HANG_GUARD_S = 600  # only against a hang; never a claim about speed
 
 
@@ -49,7 +50,7 @@ async def _collect(ws, cids):
             audio[cid] += pcm
             continue
         ev = json.loads(msg.data)
-        if ev["type"] != "waiting":
+        if ev["type"] in TERMINAL:  # not "waiting", "voice" or "words"
             end[ev["context_id"]] = ev
             ended_at[ev["context_id"]] = time.perf_counter()
     return audio, end, ended_at

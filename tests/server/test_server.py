@@ -48,8 +48,10 @@ async def test_32_concurrent_streams_each_equal_its_solo_run(server_url, pipelin
 
 
 def _keepalive(msg) -> bool:
-    """The server's "waiting" keep-alive (sent while a context has nothing else to say)."""
-    return msg.type == aiohttp.WSMsgType.TEXT and json.loads(msg.data)["type"] == "waiting"
+    """An informational event, not a context's answer: the "waiting" keep-alive, a captured
+    "voice", a chunk's timed "words"."""
+    return (msg.type == aiohttp.WSMsgType.TEXT
+            and json.loads(msg.data)["type"] in ("waiting", "voice", "words"))
 
 
 async def _first_audio(ws, cid):
