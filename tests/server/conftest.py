@@ -15,6 +15,14 @@ from livekit.plugins.veena.server.app import ServerOptions, create_app
 API_KEY = "test-key"
 
 
+async def metric(session, url: str, name: str) -> float:
+    """The sum of a Prometheus metric's samples (all label sets) on the server at ``url``."""
+    async with session.get(url + "/metrics") as r:
+        text = await r.text()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#"))
+
+
 @contextlib.asynccontextmanager
 async def serve(pipeline, options: ServerOptions):
     """An in-process server on a free loopback port over ``pipeline``; yields its URL."""

@@ -15,7 +15,7 @@ from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.protocol import decode_audio
 
 from ..helpers import engine_settled
-from .conftest import serve
+from .conftest import metric, serve
 
 pytestmark = pytest.mark.engine
 TERMINAL = ("done", "cancelled", "error")
@@ -24,13 +24,6 @@ HANG_GUARD_S = 600  # only against a hang; never a claim about speed
 
 def _ws(url: str) -> str:
     return url.replace("http://", "ws://") + "/v1/stream"
-
-
-async def _metric(session, url, name):
-    async with session.get(url + "/metrics") as r:
-        text = await r.text()
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith(name) and not line.startswith("#"))
 
 
 def _speak(cid: str, seed: int) -> dict:
@@ -72,7 +65,7 @@ async def test_two_active_two_queued_eight_arrive(pipeline):
             assert end[c]["code"] == "overloaded" and end[c]["retryable"] is True
             assert ended_at[c] - sent < 1.0  # refused at once, no engine work
             assert not audio[c]
-        assert await _metric(s, url, "veena_rejected_streams_total") == 4
+        assert await metric(s, url, "veena_rejected_streams_total") == 4
         # each admitted stream sounds exactly as it does alone
         async with s.ws_connect(_ws(url)) as ws:
             for c in done:
@@ -86,7 +79,7 @@ async def test_two_active_two_queued_eight_arrive(pipeline):
             for i in range(4):
                 await ws.send_json({**_speak(f"h{i}", 1), "sampling": {"max_tokens": 1400},
                                     "text": "A long answer that keeps the slots busy. " * 3})
-            while await _metric(s, url, "veena_queued_streams") < 2:
+            while await metric(s, url, "veena_queued_streams") < 2:
                 await asyncio.sleep(0.02)
             async with s.post(url + "/v1/audio/speech", json={"input": "Hi."}) as r:
                 body = await r.json()
@@ -113,7 +106,7 @@ async def test_fallback_adapter_moves_on_when_the_server_is_full(pipeline):
             assert frame.samples_per_channel > 0
             assert remote_errors and "overloaded" in str(remote_errors[0].error)
             assert remote_errors[0].error.status_code == 503
-            assert await _metric(s, url, "veena_rejected_streams_total") >= 1
+            assert await metric(s, url, "veena_rejected_streams_total") >= 1
             await ws.send_json({"type": "cancel", "context_id": "busy"})
             await fallback.aclose()
     assert await engine_settled(pipeline)

@@ -13,7 +13,7 @@ from livekit.plugins import veena
 from livekit.plugins.veena.protocol import decode_audio
 
 from ..helpers import engine_settled
-from .conftest import API_KEY
+from .conftest import API_KEY, metric
 
 pytestmark = pytest.mark.engine
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -61,18 +61,11 @@ async def _first_audio(ws, cid):
             return
 
 
-async def _metric(session, url, name):
-    async with session.get(url + "/metrics") as r:
-        text = await r.text()
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith(name) and not line.startswith("#"))
-
-
 async def test_cancel_and_disconnect_abort_engine_and_decode_work(server_url, pipeline):
     long = {"type": "speak", "text": "A long answer that will be cut short. " * 4,
             "continue": False, "sampling": {"max_tokens": 1400}}
     async with aiohttp.ClientSession(headers=AUTH) as s:
-        aborted_before = await _metric(s, server_url, "veena_aborted_requests_total")
+        aborted_before = await metric(s, server_url, "veena_aborted_requests_total")
         async with s.ws_connect(_ws_url(server_url)) as ws:
             await ws.send_json({**long, "context_id": "a"})
             await _first_audio(ws, "a")
@@ -88,8 +81,8 @@ async def test_cancel_and_disconnect_abort_engine_and_decode_work(server_url, pi
         await _first_audio(ws, "b")
         await ws.close()  # the client just goes away
         assert await engine_settled(pipeline) and pipeline.scheduler.pending == 0
-        assert await _metric(s, server_url, "veena_aborted_requests_total") >= aborted_before + 2
-        assert await _metric(s, server_url, "veena_active_streams") == 0
+        assert await metric(s, server_url, "veena_aborted_requests_total") >= aborted_before + 2
+        assert await metric(s, server_url, "veena_active_streams") == 0
 
 
 @pytest.mark.parametrize("payload,code", [

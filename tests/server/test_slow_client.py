@@ -15,7 +15,7 @@ import pytest
 from livekit.plugins.veena.server.app import ServerOptions
 
 from ..helpers import engine_settled
-from .conftest import serve
+from .conftest import metric, serve
 
 pytestmark = pytest.mark.engine
 BUFFER_LIMIT = 128 << 10
@@ -50,13 +50,6 @@ async def _open_non_reader(port: int) -> socket.socket:
     return sock
 
 
-async def _metric(session, url, name):
-    async with session.get(url + "/metrics") as r:
-        text = await r.text()
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith(name) and not line.startswith("#"))
-
-
 async def test_non_reading_client_is_cut_off_with_bounded_buffers(pipeline):
     opts = ServerOptions(slow_client_s=1.0, max_connection_buffer_bytes=BUFFER_LIMIT,
                          socket_send_buffer_bytes=16 << 10)
@@ -71,16 +64,16 @@ async def test_non_reading_client_is_cut_off_with_bounded_buffers(pipeline):
                 "text": "A long answer nobody is listening to. " * 4,
                 "sampling": {"max_tokens": 1400}})))
         peak = 0
-        while await _metric(s, url, "veena_slow_clients_total") < 1:
-            peak = max(peak, await _metric(s, url, "veena_buffered_bytes"))
+        while await metric(s, url, "veena_slow_clients_total") < 1:
+            peak = max(peak, await metric(s, url, "veena_buffered_bytes"))
             await asyncio.sleep(0.05)
         assert peak <= BUFFER_LIMIT
-        while await _metric(s, url, 'veena_requests_total{outcome="slow_client"}') < 2:
+        while await metric(s, url, 'veena_requests_total{outcome="slow_client"}') < 2:
             await asyncio.sleep(0.05)
-        assert await _metric(s, url, 'veena_requests_total{outcome="done"}') == 0
+        assert await metric(s, url, 'veena_requests_total{outcome="done"}') == 0
         assert await engine_settled(pipeline, timeout=30) and pipeline.scheduler.pending == 0
-        assert await _metric(s, url, "veena_buffered_bytes") == 0
-        assert await _metric(s, url, "veena_connections") == 0
+        assert await metric(s, url, "veena_buffered_bytes") == 0
+        assert await metric(s, url, "veena_connections") == 0
         # the server closed the socket: reading what was in flight ends in EOF or a reset
         try:
             while await loop.sock_recv(sock, 65536):

@@ -46,7 +46,8 @@ def _resolve_model(model: str | None) -> str:
 
 
 async def _say(args: argparse.Namespace) -> int:
-    from .pipeline import Pipeline, resolve_profile
+    from .pipeline import Pipeline
+    from .profiles import resolve_profile
     from .stitching import to_int16
     from .voices import is_voice_path, load_voice
 

@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from .profiles import ModelProfile, get_profile, read_manifest
+from .profiles import ModelProfile, read_manifest, resolve_profile
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +51,7 @@ def download_model(model: str | None = None, *, profile: str | ModelProfile | No
     local = Path(model).expanduser()
     folder = local if local.is_dir() else _snapshot(model, endpoint=endpoint, cache_dir=cache_dir)
     manifest = read_manifest(str(folder))
-    prof = profile or manifest.get("profile") or os.environ.get("VEENA_PROFILE", "veena")
-    prof = get_profile(prof) if isinstance(prof, str) else prof
+    prof = resolve_profile(str(folder), profile)
     folders = [folder]
     codec = os.environ.get("VEENA_CODEC_MODEL") or manifest.get("codec_model") or prof.codec_model
     if (folder / codec).is_dir() or Path(codec).expanduser().is_dir():

@@ -20,7 +20,7 @@ from .codecs.base import Codec
 from .engine import EngineOptions, SamplingOptions, VllmEngine
 from .families import ModelFamily, family_for
 from .parsing import TokenTable
-from .profiles import ModelProfile, get_profile, read_manifest
+from .profiles import ModelProfile, read_manifest, resolve_profile
 from .request_run import piece_seed
 from .scheduler import DecodeScheduler, SchedulerOptions
 from .settings import env_float, env_int, env_str
@@ -207,10 +207,3 @@ class Pipeline:
     async def aclose(self) -> None:
         await self.scheduler.aclose()
         await self.engine.aclose()
-
-
-def resolve_profile(model: str, profile: str | ModelProfile | None = None) -> ModelProfile:
-    """The profile a model is read with: the one given, else its folder's manifest, else
-    ``VEENA_PROFILE`` (default ``veena``)."""
-    prof = profile or read_manifest(model).get("profile") or env_str("VEENA_PROFILE", "veena")
-    return get_profile(prof) if isinstance(prof, str) else prof

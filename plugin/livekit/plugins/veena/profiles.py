@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, Sequence
@@ -220,6 +221,13 @@ def get_profile(name: str) -> ModelProfile:
         raise ValueError(
             f"unknown model profile {name!r}; known profiles: {', '.join(PROFILES)}"
         ) from None
+
+
+def resolve_profile(model: str, profile: "str | ModelProfile | None" = None) -> "ModelProfile":
+    """The profile a model is read with: the one given, else its folder's manifest, else
+    ``VEENA_PROFILE`` (default ``veena``)."""
+    prof = profile or read_manifest(model).get("profile") or os.environ.get("VEENA_PROFILE", "veena")
+    return get_profile(prof) if isinstance(prof, str) else prof
 
 
 def register_profile(profile: Any) -> Any:
