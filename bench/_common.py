@@ -33,3 +33,18 @@ def report(name: str, rows: list[dict], notes: dict | None = None) -> Path:
                                 "machine": platform.platform(), "processor": platform.processor(),
                                 "notes": notes or {}, "rows": rows}, indent=2))
     return path
+
+
+async def listen(chunks, sample_rate: int) -> tuple[float, float]:
+    """Hear a stream of ``AudioChunk``s as a listener does (it plays what it has and pauses
+    when dry): (first audio s from the call, seconds of gaps after first audio)."""
+    start = time.perf_counter()
+    first_audio, play_end, gaps = None, 0.0, 0.0
+    async for chunk in chunks:
+        now = time.perf_counter()
+        if first_audio is None:
+            first_audio, play_end = now - start, now
+        elif now > play_end:
+            gaps += now - play_end
+        play_end = max(play_end, now) + len(chunk.pcm) / sample_rate
+    return first_audio, gaps

@@ -1,22 +1,26 @@
-"""Benchmark 4: the shared decode scheduler under 1, 4 and 16 concurrent streams.
+"""Benchmark 4: windows that follow the listener against the fixed ramp, on the product's
+decode path.
 
-Each stream is the product's own ``Pipeline.synthesize`` (request run, planner, decode
-scheduler, SNAC codec with random init, stitcher) fed by a paced token source at the
-real-time token rate (82 tokens/s, a frame every 85.3 ms) or a multiple of it. Reported:
-batch sizes, first audio p50/p95, and underruns: a chunk arriving after the listener's buffer
-ran dry (playout starts at first audio).
+Each stream is the product's own ``Pipeline.synthesize`` (request run, window planner,
+decode scheduler, SNAC codec with random init, stitcher) fed by a paced token source at a
+multiple of the real-time token rate (1.0 = 82 tokens/s, a frame every 85.3 ms; ``inf`` = all
+tokens at once). Each row runs both planners in one process, one after the other, on the same
+codec: ``ramp`` is the fixed 2, 2, 4, 8, 8... ramp with batches up to 16, ``adaptive`` the
+listener-paced planner with the measured batch limit (the defaults). Reported per mode: first
+audio, gaps the listener hears after first audio (it plays what it has and pauses when dry),
+and decode work per kept step (``decoded_per_kept``: 1.0 is a one-pass decode).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import time
+import math
 
 import numpy as np
 import torch
 
-from _common import report, setup
+from _common import listen, report, setup
 from _paced_engine import PacedEngine
 from livekit.plugins.veena.codecs.snac import SnacCodec
 from livekit.plugins.veena.engine import SamplingOptions
@@ -25,50 +29,41 @@ from livekit.plugins.veena.profiles import VEENA
 from livekit.plugins.veena.scheduler import SchedulerOptions
 
 SPF, RATE = 2048, 24000
+MODES = {
+    "ramp": PipelineOptions(adaptive_windows=False, scheduler=SchedulerOptions(adaptive_batch=False)),
+    "adaptive": PipelineOptions(),
+}
 
 
-async def one_stream(pipeline: Pipeline, sid: int, frames: int):
-    """Listen to one stream; return (first audio s, underruns, silence s)."""
-    syn = pipeline.synthesize("x" * (frames + 8), sampling=SamplingOptions(max_tokens=frames * 7),
-                              seed=sid)
-    start = time.perf_counter()
-    first_audio, playout_start, played, underruns, silence = None, 0.0, 0.0, 0, 0.0
-    async for chunk in syn:
-        now = time.perf_counter()
-        if first_audio is None:
-            first_audio = playout_start = now
-        elif now > playout_start + played:  # the buffer ran dry before this chunk arrived
-            underruns += 1
-            gap = now - (playout_start + played)
-            silence += gap
-            playout_start += gap
-        played += len(chunk.pcm) / RATE
-    return first_audio - start, underruns, silence
-
-
-async def run(codec, streams: int, seconds: float, sched_opts: SchedulerOptions,
-              speed: float = 1.0):
-    """``speed``: token rate as a multiple of real time (1.0 = exactly 82 tokens/s)."""
-    pipeline = Pipeline(PacedEngine(SPF / RATE / speed), codec, VEENA,
-                        PipelineOptions(scheduler=sched_opts))
+async def run(codec, mode: str, streams: int, seconds: float, speed: float) -> dict:
+    period = 0.0 if math.isinf(speed) else SPF / RATE / speed
+    pipeline = Pipeline(PacedEngine(period), codec, VEENA, MODES[mode])
     frames = int(seconds * RATE / SPF)
-    results = await asyncio.gather(*(one_stream(pipeline, i, frames) for i in range(streams)))
+    sampling = SamplingOptions(max_tokens=frames * 7)
+    results = await asyncio.gather(*(
+        listen(pipeline.synthesize("x" * (frames + 8), sampling=sampling, seed=i), RATE)
+        for i in range(streams)))
     await pipeline.aclose()
+    stats = pipeline.scheduler.stats
     fa = np.array([r[0] for r in results]) * 1000
-    sizes = pipeline.scheduler.stats.batch_sizes
-    return {"streams": streams, "token_rate_x_realtime": speed,
+    sizes = stats.batch_sizes
+    return {"mode": mode, "streams": streams,
+            "token_rate_x_realtime": None if math.isinf(speed) else speed,  # None: all at once
             "first_audio_p50_ms": float(np.percentile(fa, 50)),
             "first_audio_p95_ms": float(np.percentile(fa, 95)),
-            "mean_batch": sum(k * v for k, v in sizes.items()) / max(1, sum(sizes.values())),
-            "max_batch": max(sizes) if sizes else 0,
-            "underruns": int(sum(r[1] for r in results)),
-            "silence_s_per_stream": float(np.mean([r[2] for r in results]))}
+            "gap_s_after_first_audio": float(np.mean([r[1] for r in results])),
+            "decoded_per_kept": stats.decoded_steps / (frames * streams),
+            "windows": stats.windows,
+            "mean_batch": stats.windows / max(1, stats.batches),
+            "max_batch": max(sizes) if sizes else 0}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--streams", default="1,4,16")
-    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--streams", default="1,4")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--speeds", default="0.9,1.0,1.2,2.0,inf",
+                    help="token rates as multiples of real time; inf: all tokens at once")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
@@ -76,9 +71,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     codec = SnacCodec.random(device=args.device)
     codec.warmup()
-    rows = [asyncio.run(run(codec, int(n), args.seconds, SchedulerOptions(), speed))
-            for speed in (1.0, 2.0) for n in args.streams.split(",")]
-    report("scheduler", rows, {"seconds_per_stream": args.seconds, "device": args.device})
+    rows = [asyncio.run(run(codec, mode, int(n), args.seconds, float(speed)))
+            for n in args.streams.split(",") for speed in args.speeds.split(",")
+            for mode in MODES]
+    report("scheduler", rows, {"seconds_per_stream": args.seconds, "device": args.device,
+                               "threads": args.threads})
 
 
 if __name__ == "__main__":

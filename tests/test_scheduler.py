@@ -37,7 +37,7 @@ def _win(seed, start, steps=4):
 async def test_same_shape_windows_batch_and_results_route_back():
     codec = GatedCodec()
     codec.gate.set()
-    s = DecodeScheduler(codec, SchedulerOptions(max_batch=8, max_wait_ms=20))
+    s = DecodeScheduler(codec, SchedulerOptions(max_batch=8, max_wait_ms=20, adaptive_batch=False))
     futs = [s.submit(f"r{i}", _win(i, 0)) for i in range(5)] + [s.submit("odd", _win(99, 0, 6))]
     out = await asyncio.gather(*futs)
     assert [o[0] for o in out] == [0, 1, 2, 3, 4, 99]
@@ -102,3 +102,50 @@ async def test_torch_decode_never_blocks_the_event_loop(snac_codec):
     assert len(audio) == 30 * 2048
     assert len(gaps) > 10 and max(gaps) < 0.1, max(gaps)
     await s.aclose()
+
+
+class TimedCodec:
+    """Costs ``per_batch + per_window * n`` seconds of sleep (no CPU): a GPU-like codec
+    (a batch costs about one window) or a CPU-like one (a batch costs the sum)."""
+
+    name, sample_rate, samples_per_step = "timed", 100, 10
+
+    def __init__(self, per_batch: float, per_window: float):
+        self.per_batch, self.per_window = per_batch, per_window
+        self.batches: list[int] = []
+
+    def decode(self, batch):
+        import time
+
+        time.sleep(self.per_batch + self.per_window * len(batch))
+        self.batches.append(len(batch))
+        return [np.zeros(b.codes.shape[0] * 10, np.float32) for b in batch]
+
+    def warmup(self):
+        pass
+
+
+async def _rounds(s, rounds: int, streams: int):
+    for r in range(rounds):
+        await asyncio.gather(*(s.submit(f"s{i}", _win(i, r)) for i in range(streams)))
+
+
+async def test_batches_grow_where_batching_pays():
+    """GPU-like: a batch costs what one window costs, so the limit grows to the cap."""
+    codec = TimedCodec(0.02, 0.0)
+    s = DecodeScheduler(codec, SchedulerOptions(max_batch=8, max_wait_ms=5))
+    await _rounds(s, 40, 8)
+    assert max(codec.batches[len(codec.batches) // 2:]) == 8 and s.batch_limit() == 8
+    assert 0 < s.decode_cost(4) and s.decode_cost(8) == pytest.approx(2 * s.decode_cost(4))
+    await s.aclose()
+
+
+def test_batch_limit_from_measured_cost_per_window():
+    s = DecodeScheduler(TimedCodec(0, 0), SchedulerOptions(max_batch=16))
+    assert s.batch_limit() == 1  # nothing measured: one window alone first
+    s._per_window.update({1: 0.020, 2: 0.021, 4: 0.019})  # CPU-like: batching saves < 10 %
+    assert s.batch_limit() == 1
+    s._per_window.update({2: 0.012, 4: 0.007})  # GPU-like
+    assert s.batch_limit() == 4
+    assert DecodeScheduler(TimedCodec(0, 0), SchedulerOptions(
+        max_batch=16, adaptive_batch=False)).batch_limit() == 16

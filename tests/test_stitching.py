@@ -11,7 +11,9 @@ from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.stitching import Stitcher, crossfade, to_int16
 from livekit.plugins.veena.windowing import WindowOptions
 
-from .helpers import windowed_decode
+from livekit.plugins.veena.pacing import window_sizes
+
+from .helpers import decode_windows, every_size_windows, windowed_decode
 
 SPF = 2048
 
@@ -31,6 +33,20 @@ def test_windowed_matches_one_pass(snac_codec):
     own_step = np.abs(np.diff(one)).max()
     for s in seams:
         assert np.abs(np.diff(win[s - 256 : s + 256])).max() <= own_step * 1.01
+
+
+def test_every_listener_paced_size_matches_one_pass(snac_codec):
+    """Each window size the listener-paced planner can choose (2 .. 32 new frames), within
+    the bounds above."""
+    opts = WindowOptions(first=2, new=8, left=2, right=2)
+    frames = np.random.default_rng(6).integers(0, 4096, (70, 7))
+    (one,) = snac_codec.decode([CodecInput(frames, 0, 11)])
+    windows = every_size_windows(opts, window_sizes(2, 32), len(frames))
+    win = decode_windows(snac_codec, frames, windows, 11, 240)
+    err = win - one
+    assert np.sqrt(np.mean(err**2)) / np.sqrt(np.mean(one**2)) < 1e-3
+    seams = [w.keep_start * SPF for w in windows[1:]]
+    assert max(np.abs(err[s - 256 : s + 256]).max() for s in seams) < 5e-3
 
 
 def test_classic_context_free_windows_are_worse(snac_codec):

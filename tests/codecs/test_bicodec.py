@@ -16,7 +16,9 @@ from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
 from livekit.plugins.veena.codecs.bicodec_model import DEFAULT_CONFIG
 from livekit.plugins.veena.windowing import WindowOptions
 
-from ..helpers import windowed_decode
+from livekit.plugins.veena.pacing import window_sizes
+
+from ..helpers import decode_windows, every_size_windows, windowed_decode
 
 
 @pytest.fixture(scope="session")
@@ -101,3 +103,14 @@ def test_windowed_matches_one_pass(bicodec):
     both = bicodec.decode([CodecInput(sem[w.start:w.end], w.start, 0, glob),
                            CodecInput(sem[w.start:w.end], w.start, 0, (glob + 1) % 4096)])[0]
     assert np.abs(alone - both).max() < 1e-5
+
+
+def test_every_listener_paced_size_matches_one_pass(bicodec):
+    """Each window size the listener-paced planner can choose (10 .. 160 new tokens)."""
+    opts = WindowOptions(first=10, new=50, left=40, right=20)
+    sem, glob = _tokens(340, 5)
+    (one,) = bicodec.decode([CodecInput(sem, 0, 0, glob)])
+    windows = every_size_windows(opts, window_sizes(10, 160), len(sem))
+    err = decode_windows(bicodec, sem, windows, 0, 160, glob) - one
+    assert np.sqrt(np.mean(err**2)) / np.sqrt(np.mean(one**2)) < 1e-4
+    assert np.abs(err).max() < 1e-4

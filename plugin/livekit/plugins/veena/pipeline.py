@@ -23,7 +23,8 @@ from .parsing import TokenTable
 from .profiles import ModelProfile, read_manifest, resolve_profile
 from .request_run import piece_seed
 from .scheduler import DecodeScheduler, SchedulerOptions
-from .settings import env_float, env_int, env_str
+from .pacing import PacingOptions
+from .settings import env_bool, env_float, env_int, env_str
 from .synthesis import AudioChunk, EmptyTextError, Synthesis
 from .windowing import WindowOptions
 
@@ -39,6 +40,10 @@ class PipelineOptions:
 
     snac_window: WindowOptions = WindowOptions(first=2, new=8, left=2, right=2)
     bicodec_window: WindowOptions = WindowOptions(first=10, new=50, left=40, right=20)
+    adaptive_windows: bool = True
+    """Size windows from the listener's buffer (``pacing``); False: the fixed ramp."""
+    snac_pacing: PacingOptions = PacingOptions(max_new=32)
+    bicodec_pacing: PacingOptions = PacingOptions(max_new=160)
     crossfade_ms: float = 10.0
     scheduler: SchedulerOptions = SchedulerOptions()
     codec_device: str = "cpu"
@@ -58,13 +63,24 @@ class PipelineOptions:
                 right=env_int(f"{prefix}_RIGHT", d.right),
             ).validate()
 
+        def pacing(prefix: str, d: PacingOptions) -> PacingOptions:
+            return PacingOptions(
+                max_new=env_int(f"{prefix}_MAX", d.max_new),
+                rebuffer_ms=env_float("VEENA_REBUFFER_MS", d.rebuffer_ms),
+                margin=env_float("VEENA_WINDOW_MARGIN", d.margin),
+            ).validate()
+
         return cls(
             snac_window=window("VEENA_SNAC_WINDOW", cls.snac_window),
             bicodec_window=window("VEENA_BICODEC_WINDOW", cls.bicodec_window),
+            adaptive_windows=env_bool("VEENA_ADAPTIVE_WINDOWS", cls.adaptive_windows),
+            snac_pacing=pacing("VEENA_SNAC_WINDOW", cls.snac_pacing),
+            bicodec_pacing=pacing("VEENA_BICODEC_WINDOW", cls.bicodec_pacing),
             crossfade_ms=env_float("VEENA_CROSSFADE_MS", cls.crossfade_ms),
             scheduler=SchedulerOptions(
                 max_batch=env_int("VEENA_DECODE_MAX_BATCH", SchedulerOptions.max_batch),
                 max_wait_ms=env_float("VEENA_DECODE_MAX_WAIT_MS", SchedulerOptions.max_wait_ms),
+                adaptive_batch=env_bool("VEENA_DECODE_ADAPTIVE_BATCH", SchedulerOptions.adaptive_batch),
             ),
             codec_device=env_str("VEENA_CODEC_DEVICE", cls.codec_device),
             torch_threads=env_int("VEENA_TORCH_THREADS", cls.torch_threads),
@@ -93,6 +109,7 @@ class Pipeline:
         self.scheduler = DecodeScheduler(codec, options.scheduler)
         self.family: ModelFamily = family_for(profile)
         self.window = self.family.default_window(options)
+        self.pacing = self.family.default_pacing(options)
         self._table: TokenTable | None = None
         self._ready = False
         self._warm: asyncio.Future | None = None

@@ -1,16 +1,20 @@
 """One engine request's run: tokens in, crossfaded float audio out, all its state in one place.
 
-A producer task reads the engine's tokens, parses them through the family's track and submits
-each window to the decode scheduler as soon as it is decodable; the consumer (``audio()``)
-awaits the windows in order and stitches them. ``aclose()`` is the one place where a run
-ends: it stops the producer (which aborts the vLLM request), drops the run's pending windows
-and cancels the ones already handed out, so nothing outlives a cancelled or failed run.
+A producer task reads the engine's tokens and parses them through the family's track; the
+planner says which window to decode next and the run submits it to the decode scheduler; the
+consumer (``audio()``) awaits the windows in order and stitches them. With listener-paced
+windows (``pacing.AdaptivePlanner``, the default) a run keeps one window in the decoder and
+sizes the next one when that one is decoded; with the fixed ramp every window goes out as soon as
+it is decodable. ``aclose()`` is the one place where a run ends: it stops the producer (which
+aborts the vLLM request), drops the run's pending windows and cancels the ones already
+handed out, so nothing outlives a cancelled or failed run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, AsyncIterator
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, AsyncIterator
 import numpy as np
 
 from .engine import EngineError, SamplingOptions
+from .pacing import AdaptivePlanner
 from .stitching import Stitcher
 from .windowing import Window, WindowPlanner
 
@@ -45,7 +50,17 @@ class RequestRun:
         self.request_id = synthesis.request_id if index == 0 else f"{synthesis.request_id}.{index}"
         self.track = pipeline.family.new_track(pipeline.table, self.request_id,
                                                synthesis.speaker_globals)
-        self.planner = WindowPlanner(pipeline.window)
+        if pipeline.options.adaptive_windows:
+            self.planner: AdaptivePlanner | None = AdaptivePlanner(
+                pipeline.window, pipeline.pacing,
+                pipeline.codec.samples_per_step / pipeline.sample_rate,
+                pipeline.scheduler.decode_cost)
+            self._ramp: WindowPlanner | None = None
+        else:
+            self.planner, self._ramp = None, WindowPlanner(pipeline.window)
+        self._in_flight = 0
+        self._ended = False
+        self._recheck: asyncio.TimerHandle | None = None
         self.stitcher = Stitcher(pipeline.codec.samples_per_step,
                                  int(pipeline.options.crossfade_ms * pipeline.sample_rate / 1000))
         self.seed = piece_seed(synthesis.seed, index)
@@ -95,6 +110,9 @@ class RequestRun:
     async def aclose(self) -> None:
         """Stop generating (vLLM request aborted) and drop every window not yet decoded."""
         self.pending_windows = 0
+        self._ended = True
+        if self._recheck is not None:
+            self._recheck.cancel()
         if self._producer is not None and not self._producer.done():
             self._producer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -109,14 +127,64 @@ class RequestRun:
             logger.info("dropped pending decode windows",
                         extra={"request_id": self.request_id, "windows": dropped})
 
+    def _steps_arrived(self, count: int) -> None:
+        if self.planner is not None:
+            self.planner.add(count, time.monotonic())
+            self._pump()
+        else:
+            self._submit(self._ramp.add(count))
+
+    def _no_more_steps(self) -> None:
+        if self.planner is not None:
+            self.planner.finish()
+            self._pump()
+        else:
+            self._submit(self._ramp.finish())
+            self._end()
+
+    def _pump(self) -> None:
+        """Listener-paced: with no window in flight, submit the one the planner picks now;
+        if it holds one back for a larger size, ask it again shortly."""
+        if self.planner is None or self._ended or self._in_flight:
+            return
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+        window = self.planner.next_window(time.monotonic())
+        if window is not None:
+            self._submit([window])
+        elif self.planner.exhausted:
+            self._end()
+        elif self.planner.waiting_on_time():
+            self._recheck = asyncio.get_running_loop().call_later(0.02, self._pump)
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._windows.put_nowait(None)
+
     def _submit(self, windows: list[Window]) -> None:
         timings = self._syn.timings
         for w in windows:
             if timings.first_window_ready is None:
                 timings.first_window_ready = time.perf_counter()
             self.pending_windows += 1
+            self._in_flight += 1
             fut = self._p.scheduler.submit(self.request_id, self.track.window_input(w, self.seed))
+            if self.planner is not None:
+                fut.add_done_callback(functools.partial(self._decoded, w))
             self._windows.put_nowait((w, fut))
+
+    def _decoded(self, window: Window, fut: asyncio.Future) -> None:
+        """Listener-paced: a window's audio exists, so the next one may be chosen. Its audio
+        counts as heard from now on, even if the consumer takes it later (a turn's next
+        piece waits for the one playing): the planner underestimates the listener's buffer
+        there, never overestimates it."""
+        self._in_flight -= 1
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        self.planner.delivered(window, time.monotonic())
+        self._pump()
 
     async def _produce(self) -> None:
         p, syn = self._p, self._syn
@@ -133,10 +201,12 @@ class RequestRun:
                                      syn.speaker_globals)
             await self._generate(prompt, p.main_sampling(syn.sampling, self._text, len(prompt)),
                                  self.request_id)
-            self._submit(self.planner.finish())
+            self._no_more_steps()
+        except BaseException:
+            self._end()  # the consumer stops at once and re-raises the failure
+            raise
         finally:
             syn.timings.invalid_frames += self.track.stats.invalid_frames
-            self._windows.put_nowait(None)
 
     async def _generate(self, prompt: list[int], sampling: SamplingOptions, request_id: str) -> None:
         syn, timings = self._syn, self._syn.timings
@@ -157,6 +227,6 @@ class RequestRun:
                 if syn.speaker_globals is None and self.track.speaker_globals is not None:
                     syn.captured(self.track.speaker_globals)
                 if new:
-                    self._submit(self.planner.add(new))
+                    self._steps_arrived(new)
                 if self.track.stats.stopped:
                     break

@@ -27,12 +27,18 @@ class SchedulerOptions:
     max_batch: int = 16
     max_wait_ms: float = 2.0
     """How long the first window of a batch waits for same-shape company."""
+    adaptive_batch: bool = True
+    """Batch only as far as it measurably pays on this device: on a GPU a batch of windows
+    costs little more than one; on a CPU it costs about the sum, and every window in it
+    waits for the whole call."""
 
 
 @dataclass
 class SchedulerStats:
     batches: int = 0
     windows: int = 0
+    decoded_steps: int = 0
+    """Codec steps decoded, context included (work; against the steps kept: overhead)."""
     cancelled_windows: int = 0
     batch_sizes: collections.Counter = field(default_factory=collections.Counter)
     queue_wait_s_total: float = 0.0
@@ -62,6 +68,11 @@ class DecodeScheduler:
         self._task: asyncio.Task | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="veena-decode")
         self._closed = False
+        self._latency: dict[int, float] = {}
+        """Window steps -> recent seconds from submit to decoded (queue wait included)."""
+        self._per_window: dict[int, float] = {}
+        self._since_probe = 0
+        """Batch size bucket (a power of two) -> recent decode seconds per window."""
         self.last_done = time.monotonic()
         """When the codec last finished a batch: proof that queued windows will move."""
 
@@ -80,6 +91,52 @@ class DecodeScheduler:
         assert self._wakeup is not None
         self._wakeup.set()
         return fut
+
+    def decode_cost(self, steps: int) -> float:
+        """Expected seconds from submitting a window of ``steps`` steps to its audio, as
+        measured on this codec and device (scaled from the nearest measured size; before any
+        measurement, half the window's audio duration)."""
+        if steps in self._latency:
+            return self._latency[steps]
+        if self._latency:
+            near = min(self._latency, key=lambda k: abs(k - steps))
+            return self._latency[near] * steps / near
+        return 0.5 * steps * self.codec.samples_per_step / self.codec.sample_rate
+
+    def batch_limit(self) -> int:
+        """The largest batch worth building now (see ``SchedulerOptions.adaptive_batch``):
+        the largest batch size measured to cost at most 0.9 of a window alone, per window."""
+        if not self.options.adaptive_batch or self.options.max_batch <= 1:
+            return self.options.max_batch
+        single = self._per_window.get(1)
+        if single is None:
+            return 1  # measure one window alone first
+        limit = max((b for b, cost in self._per_window.items() if b == 1 or cost <= 0.9 * single))
+        return min(self.options.max_batch, limit)
+
+    def _probe_limit(self, waiting: int) -> int:
+        """Now and then (every 16 batches, when enough windows wait), try a batch twice the
+        largest measured, so the limit can grow where batching pays."""
+        limit = self.batch_limit()
+        if not self.options.adaptive_batch or self._since_probe < 16:
+            return limit
+        probe = min(self.options.max_batch, 2 * max(self._per_window, default=1))
+        if probe > limit and waiting >= probe:
+            self._since_probe = 0
+            return probe
+        return limit
+
+    def _measure(self, batch: list["_Job"], started: float, done: float) -> None:
+        now = time.perf_counter()
+        for job in batch:
+            steps = int(job.input.codes.shape[0])
+            seen = now - job.enqueued
+            self._latency[steps] = seen if steps not in self._latency else \
+                0.7 * self._latency[steps] + 0.3 * seen
+        bucket = 1 << (len(batch).bit_length() - 1)
+        per = (done - started) / len(batch)
+        self._per_window[bucket] = per if bucket not in self._per_window else \
+            0.7 * self._per_window[bucket] + 0.3 * per
 
     def add_batch_listener(self, listener: Callable[[int, float, float], None]) -> None:
         """Called after every batch with (batch size, mean queue wait s, decode s)."""
@@ -116,9 +173,11 @@ class DecodeScheduler:
         if not self._pending:
             return []
         key = self._pending[0].input.batch_key()
+        limit = self._probe_limit(sum(1 for j in self._pending if j.input.batch_key() == key))
+        self._since_probe += 1
         batch, rest = [], collections.deque()
         for job in self._pending:
-            if len(batch) < self.options.max_batch and job.input.batch_key() == key:
+            if len(batch) < limit and job.input.batch_key() == key:
                 batch.append(job)
             else:
                 rest.append(job)
@@ -135,7 +194,7 @@ class DecodeScheduler:
                 continue
             first = self._pending[0].enqueued
             wait = self.options.max_wait_ms / 1000.0 - (time.perf_counter() - first)
-            if wait > 0 and len(self._pending) < self.options.max_batch:
+            if wait > 0 and len(self._pending) < self.batch_limit():
                 await asyncio.sleep(wait)
             batch = self._take_batch()
             if not batch:
@@ -153,9 +212,11 @@ class DecodeScheduler:
                 continue
             done = time.perf_counter()
             self.last_done = time.monotonic()
+            self._measure(batch, started, done)
             wait_mean = sum(started - j.enqueued for j in batch) / len(batch)
             self.stats.batches += 1
             self.stats.windows += len(batch)
+            self.stats.decoded_steps += sum(int(j.input.codes.shape[0]) for j in batch)
             self.stats.batch_sizes[len(batch)] += 1
             self.stats.queue_wait_s_total += wait_mean * len(batch)
             self.stats.decode_s_total += done - started

@@ -1,5 +1,9 @@
 """Which codec steps to decode when: bounded windows, so total work grows linearly.
 
+``WindowPlanner`` is the fixed ramp (``VEENA_ADAPTIVE_WINDOWS=0``); the default planner,
+``pacing.AdaptivePlanner``, makes windows of the same shape but sizes them from the
+listener's buffer.
+
 Each window decodes ``new`` steps plus ``left`` steps of context before and ``right`` after,
 and keeps only the new steps' samples. The first window fires as soon as ``first`` new steps
 and their right context exist (first audio fast). Window sizes then double (never more than

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence
 
 from ..codecs.base import Codec, CodecInput
 from ..engine import SamplingOptions
+from ..pacing import PacingOptions
 from ..parsing import ParseStats, TokenTable
 from ..windowing import Window, WindowOptions
 
@@ -75,6 +76,9 @@ class ModelFamily:
         raise NotImplementedError
 
     # -- defaults a family may refine ------------------------------------------------------
+    def default_pacing(self, options: "PipelineOptions") -> PacingOptions:
+        """How large listener-paced windows may grow (``pacing``)."""
+        return options.snac_pacing
     def default_sampling(self) -> SamplingOptions:
         """The model card's sampling defaults; the token budget is derived per text."""
         d = self.profile.sampling

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..codecs.base import Codec, CodecInput
 from ..engine import SamplingOptions
+from ..pacing import PacingOptions
 from ..parsing import KIND_GLOBAL, KIND_SEMANTIC, KIND_STOP, BiCodecFramer, TokenTable
 from ..profiles import BiCodecProfile
 from ..windowing import Window, WindowOptions
@@ -52,6 +53,9 @@ class BiCodecFamily(ModelFamily):
 
     def default_window(self, options) -> WindowOptions:
         return options.bicodec_window
+
+    def default_pacing(self, options) -> PacingOptions:
+        return options.bicodec_pacing
 
     def load_codec(self, codec_model: str, device: str) -> Codec:
         from ..codecs.bicodec import BiCodecCodec

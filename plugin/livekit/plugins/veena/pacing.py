@@ -1,0 +1,185 @@
+"""Windows that follow the listener: each window's size is chosen when it can be decoded,
+from what is known then.
+
+The fixed ramp (``windowing.WindowPlanner``) decodes the same sizes whatever happens; this
+planner knows how much audio the listener holds (it plays what it got and pauses when dry),
+the request's measured token rate and the measured decode time of each window size on this
+codec and device. It picks the largest size whose missing tokens and decode fit in
+``margin`` of the listener's buffer, among sizes that decode faster than their steps arrive
+and play; if none fits, a gap is coming and it picks the smallest such size. Sizes never
+exceed the audio already delivered (as in the ramp), so a wrong cost estimate on a busy
+machine costs at most that much. Once the buffer is thick windows grow up to ``max_new``
+steps, so steady work approaches (N + L + R) / N of a one-pass decode. Sizes come from a
+small fixed set (``first`` doubled up to ``max_new``), so equal sizes from different streams
+still batch.
+
+One stream has at most one window in the decoder: the next size is chosen when the last one
+is decoded, so a stream that fell behind never has several of its windows queued (and
+batched into one long call) ahead of its listener's need.
+
+Below real time the listener must hear gaps somewhere. Policy: once the listener ran dry
+while tokens come measurably slower than real time, the next window brings at least
+``rebuffer_ms`` of audio, so the listener hears fewer, longer runs of speech instead of a
+stutter of tiny gaps. Pure and synchronous: the caller passes the clock.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Callable
+
+from .validation import check_float, check_int
+from .windowing import Window, WindowOptions
+
+BELOW_REAL_TIME = 0.97
+"""A measured token rate under this share of real time counts as a deficit, not noise."""
+
+
+@dataclass(frozen=True)
+class PacingOptions:
+    max_new: int = 32
+    """Largest window, in new steps."""
+    rebuffer_ms: float = 250.0
+    """After the listener ran dry: the least audio the next window brings."""
+    margin: float = 0.8
+    """Wait for a larger window only while that costs at most this share of the buffered
+    audio (measured costs are averages; the next window may be slower)."""
+
+    def validate(self) -> "PacingOptions":
+        check_int("max_new", self.max_new, 1, 4096)
+        check_float("rebuffer_ms", self.rebuffer_ms, 0.0, 10_000.0)
+        check_float("margin", self.margin, 0.0, 1.0, lo_open=True)
+        return self
+
+
+def window_sizes(first: int, max_new: int) -> tuple[int, ...]:
+    """``first``, doubled up to ``max_new`` (the largest may be ``max_new`` itself)."""
+    sizes = [first]
+    while sizes[-1] * 2 <= max_new:
+        sizes.append(sizes[-1] * 2)
+    return tuple(sizes)
+
+
+class AdaptivePlanner:
+    """Pull planner: ``add`` steps as they arrive, ``delivered`` each window's audio as the
+    listener gets it, and ask ``next_window`` whenever no window is in flight."""
+
+    def __init__(self, window: WindowOptions, pacing: PacingOptions, step_s: float,
+                 decode_cost: Callable[[int], float]) -> None:
+        """``decode_cost(steps)``: expected seconds to decode a window of ``steps`` steps
+        (context included), e.g. ``DecodeScheduler.decode_cost``."""
+        self.window = window.validate()
+        self.pacing = pacing.validate()
+        self.sizes = window_sizes(window.first, max(window.first, pacing.max_new))
+        self.step_s = step_s
+        self._cost = decode_cost
+        self.kept = 0
+        self.available = 0
+        self.final = False
+        self.first_audio_at: float | None = None
+        self.play_end = 0.0
+        """When the listener runs out of audio (it plays what it has, pauses when dry)."""
+        self.dry = False
+        self._arrivals: collections.deque[tuple[float, int]] = collections.deque(maxlen=48)
+
+    # -- what the planner is told ---------------------------------------------------------
+    def add(self, count: int, now: float) -> None:
+        self.available += count
+        self._arrivals.append((now, self.available))
+
+    def finish(self) -> None:
+        self.final = True
+
+    def delivered(self, window: Window, now: float) -> None:
+        """``window``'s audio reached the listener at ``now``."""
+        duration = (window.keep_end - window.keep_start) * self.step_s
+        if self.first_audio_at is None:
+            self.first_audio_at, self.play_end = now, now + duration
+            return
+        if now > self.play_end:
+            self.dry = True  # it arrived after the listener had run out
+        self.play_end = max(self.play_end, now) + duration
+
+    # -- what the planner knows -----------------------------------------------------------
+    def buffer_s(self, now: float) -> float:
+        """Audio the listener holds but has not heard yet (0 before first audio)."""
+        return max(0.0, self.play_end - now)
+
+    def token_rate(self) -> float | None:
+        """Recent steps per second (None until two arrivals)."""
+        if len(self._arrivals) < 2:
+            return None
+        (t0, n0), (t1, n1) = self._arrivals[0], self._arrivals[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else None
+
+    @property
+    def exhausted(self) -> bool:
+        return self.final and self.kept >= self.available
+
+    # -- the decision ---------------------------------------------------------------------
+    def sustainable_size(self) -> int:
+        """The smallest size that decodes faster than its steps arrive and play: below it a
+        stream falls further behind with every window, whatever its buffer. Tokens slower
+        than real time leave the decoder that much more time per step."""
+        rate = self.token_rate()
+        period = max(self.step_s, 1.0 / rate) if rate else self.step_s
+        ctx = self.window.left + self.window.right
+        return next((s for s in self.sizes if self._cost(s + ctx) <= s * period),
+                    self.sizes[-1])
+
+    def choose_size(self, now: float) -> int:
+        """The window size to decode next."""
+        if self.kept == 0:
+            return self.sizes[0]  # first audio as early as the fixed ramp
+        # like the ramp, never more new steps than the listener has had: a wrong cost
+        # estimate (a busy machine) then costs at most a gap as long as what was delivered
+        cap = max(s for s in self.sizes if s <= max(self.sizes[0], self.kept))
+        floor = min(self.sustainable_size(), cap)
+        rate = self.token_rate()
+        if self.dry:
+            if not self.final and rate is not None and rate * self.step_s < BELOW_REAL_TIME:
+                # tokens come slower than the audio plays: gaps will come whatever we do,
+                # so make the next one a single pause before a longer run of speech
+                need = self.pacing.rebuffer_ms / 1000.0 / self.step_s
+                return next((s for s in self.sizes if s >= max(need, floor)), cap)
+        # the largest size whose tokens and decode fit in the listener's buffer; if none
+        # fits, a gap is coming: the smallest size that does not fall further behind
+        budget = self.buffer_s(now) * self.pacing.margin
+        right = 0 if self.final else self.window.right
+        best = None
+        for size in self.sizes:
+            missing = max(0, self.kept + size + right - self.available)
+            if missing and (self.final or not rate):
+                break
+            wait = missing / rate if missing else 0.0
+            if floor <= size <= cap and wait + self._cost(size + self.window.left + right) <= budget:
+                best = size
+        return floor if best is None else best
+
+    def next_window(self, now: float) -> Window | None:
+        """The window to decode now, or None (wait for more steps; ask again later)."""
+        remaining = self.available - self.kept
+        if remaining <= 0:
+            return None
+        o = self.window
+        size = self.choose_size(now)
+        if self.final and remaining <= size:  # the last window: the rest, one-pass exact
+            return self._take(remaining, self.available)
+        end = self.kept + size + o.right
+        if self.final:
+            return self._take(size, min(end, self.available))
+        if self.available < end:
+            return None
+        return self._take(size, end)
+
+    def waiting_on_time(self) -> bool:
+        """A window could be decoded now but was held back for a larger one: the decision
+        changes as the buffer drains, so ask again soon even if no step arrives."""
+        return not self.final and self.available - self.kept - self.window.right >= self.sizes[0]
+
+    def _take(self, size: int, end: int) -> Window:
+        w = Window(max(0, self.kept - self.window.left), end, self.kept, self.kept + size)
+        self.kept += size
+        self.dry = False
+        return w
