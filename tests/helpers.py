@@ -26,6 +26,19 @@ def same_audio(got, want) -> bool:
     return bool(rel_rms < 2e-3 and np.abs(err).max() < 1e-2)
 
 
+def record_voices(monkeypatch, pipeline) -> list:
+    """Every (voice, speaker_globals) ``pipeline.synthesize`` is called with, from now on."""
+    given = []
+    real = pipeline.synthesize
+
+    def spy(*args, **kwargs):
+        given.append((kwargs.get("voice"), kwargs.get("speaker_globals")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "synthesize", spy)
+    return given
+
+
 async def engine_settled(pipeline, timeout: float = 2.0) -> bool:
     """True once the engine holds no live or unfinished request (polled up to ``timeout``)."""
     for _ in range(int(timeout / 0.02)):

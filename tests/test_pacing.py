@@ -14,6 +14,22 @@ STEP_S = 2048 / 24000  # one SNAC frame
 OPTS = WindowOptions(first=2, new=8, left=2, right=2)
 
 
+class Listener:
+    """Plays what it gets, pauses when dry: first audio time and the gaps after it."""
+
+    def __init__(self) -> None:
+        self.first, self.play_end, self.gaps, self.windows = None, 0.0, 0.0, []
+
+    def hear(self, window, now: float) -> None:
+        kept = (window.keep_end - window.keep_start) * STEP_S
+        if self.first is None:
+            self.first, self.play_end = now, now + kept
+        else:
+            self.gaps += max(0.0, now - self.play_end)
+            self.play_end = max(self.play_end, now) + kept
+        self.windows.append(window)
+
+
 def simulate(rate_x: float, frames: int, cost_per_step: float, pacing=PacingOptions(),
              all_at_once: bool = False):
     """One stream: frames arrive at ``rate_x`` x real time (or all at t=0); one window in
@@ -22,8 +38,7 @@ def simulate(rate_x: float, frames: int, cost_per_step: float, pacing=PacingOpti
     planner = AdaptivePlanner(OPTS, pacing, STEP_S, lambda n: n * cost_per_step)
     events = [(0.0 if all_at_once else (k + 1) * STEP_S / rate_x, 0, k) for k in range(frames)]
     heapq.heapify(events)
-    now, in_flight, windows, first, gaps = 0.0, None, [], None, 0.0
-    play_end = 0.0
+    now, in_flight, listener = 0.0, None, Listener()
 
     def pump():
         nonlocal in_flight
@@ -42,20 +57,14 @@ def simulate(rate_x: float, frames: int, cost_per_step: float, pacing=PacingOpti
             if arrived == frames:
                 planner.finish()
         elif kind == 1:  # a window's audio reaches the listener
-            kept = (item.keep_end - item.keep_start) * STEP_S
-            if first is None:
-                first, play_end = now, now + kept
-            else:
-                gaps += max(0.0, now - play_end)
-                play_end = max(play_end, now) + kept
-            windows.append(item)
+            listener.hear(item, now)
             planner.delivered(item, now)
             in_flight = None
         pump()
         if in_flight is None and planner.waiting_on_time():
             heapq.heappush(events, (now + 0.02, 2, 0))  # ask again as the buffer drains
     assert planner.exhausted
-    return windows, first, gaps
+    return listener.windows, listener.first, listener.gaps
 
 
 def _kept(windows):
@@ -90,19 +99,13 @@ def test_first_window_as_early_as_the_fixed_ramp():
 def simulate_ramp(rate_x: float, frames: int, cost_per_step: float):
     """The fixed ramp on the same clock: every window is queued as soon as it is decodable
     and one decoder works through the queue in order. Returns (windows, first audio, gaps)."""
-    ramp, windows, free_at, first, play_end, gaps = WindowPlanner(OPTS), [], 0.0, None, 0.0, 0.0
+    ramp, free_at, listener = WindowPlanner(OPTS), 0.0, Listener()
     for k in range(frames):
         planned = ramp.add(1) + (ramp.finish() if k == frames - 1 else [])
         for w in planned:
             free_at = max(free_at, (k + 1) * STEP_S / rate_x) + w.steps * cost_per_step
-            kept = (w.keep_end - w.keep_start) * STEP_S
-            if first is None:
-                first, play_end = free_at, free_at + kept
-            else:
-                gaps += max(0.0, free_at - play_end)
-                play_end = max(play_end, free_at) + kept
-            windows.append(w)
-    return windows, first, gaps
+            listener.hear(w, free_at)
+    return listener.windows, listener.first, listener.gaps
 
 
 COST = STEP_S / 4  # about this CPU's SNAC decode per step (bench/scheduler.py measures it)

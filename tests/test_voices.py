@@ -15,6 +15,7 @@ from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.voices import (FORMAT_VERSION, VoiceFile, VoiceFileError,
                                           capture_voice, load_voice)
 
+from .helpers import record_voices
 from .server.conftest import serve
 
 GOOD = {"format_version": FORMAT_VERSION, "profile": "veena3", "model": "m", "voice": "kavya",
@@ -62,14 +63,7 @@ async def test_capture_save_and_speak_with_exactly_those_globals(spark_pipeline,
     saved = await capture_voice(spark_pipeline, "नमस्ते।", "arjun", seed=5)
     path = saved.save(tmp_path / "arjun.json")
     assert load_voice(path, VEENA3) == saved and len(saved.speaker_globals) == 32
-    given = []
-    real = spark_pipeline.synthesize
-
-    def spy(*args, **kwargs):
-        given.append((kwargs.get("voice"), kwargs.get("speaker_globals")))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(spark_pipeline, "synthesize", spy)
+    given = record_voices(monkeypatch, spark_pipeline)
     t = veena.TTS(pipeline=spark_pipeline, voice=str(path), max_tokens_per_chunk=40,
                   voice_scope="turn")  # a voice file pins the voice in either scope
     assert t.speaker_globals == saved.speaker_globals

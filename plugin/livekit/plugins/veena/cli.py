@@ -109,6 +109,26 @@ async def _capture(args: argparse.Namespace) -> int:
         await pipeline.aclose()
 
 
+async def _clone(args: argparse.Namespace) -> int:
+    from .pipeline import Pipeline
+    from .voices import VoiceFileError, clone_voice
+
+    model = _resolve_model(args.model)
+    wav = Path(args.reference).read_bytes()
+    pipeline = Pipeline.from_model(model, profile=args.profile)  # the engine is never started
+    try:
+        saved = await clone_voice(pipeline, wav, model=model)
+    except ValueError as e:  # no speaker encoder for this model, or a checkpoint without one
+        raise VoiceFileError(str(e)) from None
+    finally:
+        await pipeline.aclose()
+    path = saved.save(args.output)
+    logger.info("voice cloned", extra={"path": str(path), "reference": args.reference,
+                                       "profile": saved.profile})
+    sys.stdout.write(f"voice={path}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="veena-tts", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -133,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     capture.add_argument("--profile", default=None)
     capture.add_argument("--seed", type=int, default=None)
 
+    clone = voice_sub.add_parser("clone", help="a voice from a reference clip (WAV, 1-30 s): "
+                                               "the speaker encoder's 32 globals, no engine")
+    clone.add_argument("reference", help="the reference clip (.wav)")
+    clone.add_argument("-o", "--output", required=True, help="the voice file (.json)")
+    clone.add_argument("--model", default=None)
+    clone.add_argument("--profile", default=None)
+
     download = sub.add_parser("download", help="fetch MODEL (default VEENA_MODEL) and its codec "
                                                "into the Hugging Face cache")
     download.add_argument("model", nargs="?", default=None)
@@ -155,9 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("say", "voice"):
         from .voices import VoiceFileError
 
+        from .reference_clip import ReferenceClipError
+
+        run = _say if args.command == "say" else _clone if args.voice_command == "clone" else _capture
         try:
-            return asyncio.run(_say(args) if args.command == "say" else _capture(args))
-        except VoiceFileError as e:  # a clear line, not a stack trace
+            return asyncio.run(run(args))
+        except (VoiceFileError, ReferenceClipError, OSError) as e:  # a clear line, no traceback
             logger.error("%s", e)
             return 2
     if args.command == "download":

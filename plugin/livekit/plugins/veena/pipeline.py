@@ -11,6 +11,7 @@ import asyncio
 import logging
 import math
 import random
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -20,7 +21,7 @@ from .codecs.base import Codec
 from .engine import EngineOptions, SamplingOptions, VllmEngine
 from .families import ModelFamily, family_for
 from .parsing import TokenTable
-from .profiles import ModelProfile, read_manifest, resolve_profile
+from .profiles import CLONED_VOICE, ModelProfile, read_manifest, resolve_profile
 from .request_run import piece_seed
 from .scheduler import DecodeScheduler, SchedulerOptions
 from .pacing import PacingOptions
@@ -88,6 +89,20 @@ class PipelineOptions:
         )
 
 
+def codec_location(model: str, profile: ModelProfile, codec_model: str | None = None) -> str:
+    """Where a model's codec is: the one given, else ``VEENA_CODEC_MODEL``, else the folder its
+    manifest names, else the profile's codec folder inside a local model (a Spark-TTS
+    checkpoint carries ``BiCodec/``), else the profile's codec (a hub id)."""
+    codec_model = codec_model or env_str("VEENA_CODEC_MODEL", "") or None
+    if codec_model:
+        return codec_model
+    manifest = read_manifest(model)
+    if manifest.get("codec_model"):
+        return str(Path(model) / manifest["codec_model"])
+    inside = Path(model) / profile.codec_model
+    return str(inside) if inside.is_dir() else profile.codec_model
+
+
 class Pipeline:
     """Owns one engine, one codec and the decode scheduler that serves them.
 
@@ -111,6 +126,10 @@ class Pipeline:
         self.window = self.family.default_window(options)
         self.pacing = self.family.default_pacing(options)
         self._table: TokenTable | None = None
+        self.codec_model: str | None = None
+        """Where the codec was loaded from (``from_model``): its speaker encoder lives there."""
+        self._speaker_encoder = None
+        self._speaker_lock = threading.Lock()
         self._ready = False
         self._warm: asyncio.Future | None = None
 
@@ -131,9 +150,7 @@ class Pipeline:
         options = options or PipelineOptions.from_env()
         manifest = read_manifest(model)
         prof = resolve_profile(model, profile)
-        codec_model = codec_model or env_str("VEENA_CODEC_MODEL", "") or None
-        if codec_model is None and manifest.get("codec_model"):
-            codec_model = str(Path(model) / manifest["codec_model"])
+        codec_model = codec_location(model, prof, codec_model)
         if manifest.get("random_weights"):
             logger.warning(
                 "this model has random weights: it produces noise, not speech",
@@ -143,9 +160,11 @@ class Pipeline:
             import torch
 
             torch.set_num_threads(options.torch_threads)
-        codec = family_for(prof).load_codec(codec_model or prof.codec_model, options.codec_device)
+        codec = family_for(prof).load_codec(codec_model, options.codec_device)
         engine = VllmEngine(engine_options or EngineOptions.from_env(model))
-        return cls(engine, codec, prof, options)
+        pipeline = cls(engine, codec, prof, options)
+        pipeline.codec_model = codec_model
+        return pipeline
 
     async def start(self, timeout: float | None = None) -> None:
         """Start vLLM and warm the codec; safe to call many times and from many callers.
@@ -193,7 +212,7 @@ class Pipeline:
         """
         if not text or not text.strip():
             raise EmptyTextError("text to synthesize is empty")
-        voice = self.profile.check_voice(voice or self.profile.default_voice)
+        voice = self.profile.check_voice(self.profile.default_voice if voice is None else voice)
         sampling = (sampling or self.default_sampling()).validate()
         if seed is None:
             seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
@@ -201,6 +220,8 @@ class Pipeline:
         globals_ = None
         if speaker_globals is not None:
             globals_ = self.family.check_globals(speaker_globals)
+        elif voice == CLONED_VOICE:
+            raise ValueError("a cloned voice has no speaker prompt: it needs its speaker globals")
         text = " ".join(text.split())
         limit = self.max_chars_per_request()
         pieces = [text] if len(text) <= limit else chunk_text(
@@ -208,6 +229,18 @@ class Pipeline:
                                  min_chars=min(40, limit), max_chars=limit))
         rid = request_id or self.engine.new_request_id()
         return Synthesis(self, pieces, voice, sampling, seed, rid, globals_)
+
+    def speaker_encoder(self):
+        """The family's speaker encoder from the codec's checkpoint (voice cloning), loaded
+        once on first use; ValueError where the family or this pipeline has none."""
+        with self._speaker_lock:
+            if self._speaker_encoder is None:
+                if self.codec_model is None:
+                    raise ValueError("this pipeline was built without a codec checkpoint path, "
+                                     "so it has no speaker encoder (build it with from_model)")
+                self._speaker_encoder = self.family.load_speaker_encoder(
+                    self.codec_model, self.options.codec_device)
+            return self._speaker_encoder
 
     def default_sampling(self) -> SamplingOptions:
         return self.family.default_sampling()

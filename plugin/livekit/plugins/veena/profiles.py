@@ -96,6 +96,11 @@ class SnacProfile(_Voices):
         return [*self.prefix_ids, *ids, *self.suffix_ids]
 
 
+CLONED_VOICE = ""
+"""The voice of a clone from a reference clip: no speaker prompt, the globals alone
+(Spark-TTS's prompt-less cloning mode)."""
+
+
 @dataclass(frozen=True)
 class BiCodecProfile(_Voices):
     """A Spark-TTS-style model: 32 global speaker tokens, then 50 Hz BiCodec semantic tokens.
@@ -113,6 +118,9 @@ class BiCodecProfile(_Voices):
     # {voice}, {text} and {globals}: the captured globals rendered as token strings
     continuation_prompt_template: str
     stop_tokens: tuple[str, ...]
+    # {text} and {globals}, no speaker: a cloned voice (voice ``CLONED_VOICE``), where only
+    # the globals condition the model; empty: this model cannot speak cloned voices
+    clone_prompt_template: str = ""
     semantic_token_format: str = "<|bicodec_semantic_{}|>"
     global_token_format: str = "<|bicodec_global_{}|>"
     num_global_tokens: int = 32
@@ -125,6 +133,11 @@ class BiCodecProfile(_Voices):
     tokens_per_second: float = 50.0
     sampling: SamplingDefaults = SamplingDefaults(temperature=0.8, top_p=0.95, top_k=50)
     licence: str = ""
+
+    def check_voice(self, voice: str) -> str:
+        if voice == CLONED_VOICE and self.clone_prompt_template:
+            return voice
+        return super().check_voice(voice)
 
     def check_globals(self, global_ids: Sequence[int]) -> tuple[int, ...]:
         """Exactly ``num_global_tokens`` integers in the codebook (ValueError otherwise)."""
@@ -142,7 +155,12 @@ class BiCodecProfile(_Voices):
         global_ids: Sequence[int] | None = None,
     ) -> list[int]:
         voice = self.check_voice(voice)
-        if global_ids is None:
+        if voice == CLONED_VOICE:
+            if global_ids is None:
+                raise ValueError("a cloned voice has no speaker prompt: it needs its speaker globals")
+            rendered = self.render_globals(self.check_globals(global_ids))
+            words = self.clone_prompt_template.format(text=text, globals=rendered)
+        elif global_ids is None:
             words = self.first_prompt_template.format(voice=voice, text=text)
         else:
             rendered = self.render_globals(self.check_globals(global_ids))
@@ -202,6 +220,10 @@ VEENA3 = BiCodecProfile(
     continuation_prompt_template=(
         "<|task_tts|><|start_speaker|>{voice}<|end_speaker|>"
         "<|start_content|>{text}<|end_content|>"
+        "<|start_global_token|>{globals}<|end_global_token|><|start_semantic_token|>"
+    ),
+    clone_prompt_template=(
+        "<|task_tts|><|start_content|>{text}<|end_content|>"
         "<|start_global_token|>{globals}<|end_global_token|><|start_semantic_token|>"
     ),
     stop_tokens=("<|end_semantic_token|>", "<|im_end|>"),

@@ -60,6 +60,16 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "message_too_large": ErrorCode(400, False),
     "too_many_contexts": ErrorCode(429, False),
     "slow_client": ErrorCode(408, False),
+    # voice uploads (POST /v1/voices): the clip cannot give a voice
+    "empty_audio": ErrorCode(400, False),
+    "not_wav": ErrorCode(415, False),
+    "unsupported_audio": ErrorCode(415, False),
+    "audio_too_short": ErrorCode(400, False),
+    "audio_too_long": ErrorCode(400, False),
+    "silent_audio": ErrorCode(400, False),
+    "upload_too_large": ErrorCode(413, False),
+    "voice_exists": ErrorCode(409, False),
+    "cannot_clone": ErrorCode(400, False),
     # the server's state: retry later or elsewhere
     "overloaded": ErrorCode(503, True),
     "starting": ErrorCode(503, True),

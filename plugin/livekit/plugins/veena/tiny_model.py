@@ -174,6 +174,7 @@ def _make_bicodec_model(profile: BiCodecProfile, out: Path, seed: int) -> None:
     from safetensors.torch import save_file
 
     from .codecs.bicodec_model import DEFAULT_CONFIG, BiCodecDecoder
+    from .codecs.bicodec_speaker import DEFAULT_SPEAKER_CONFIG, BiCodecSpeakerEncoder
 
     names = [*_SPARK_CONTROL, *profile.stop_tokens]
     names += [profile.global_token_format.format(i) for i in range(profile.global_codebook_size)]
@@ -190,8 +191,13 @@ def _make_bicodec_model(profile: BiCodecProfile, out: Path, seed: int) -> None:
     codec_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     state = {k: v.contiguous() for k, v in BiCodecDecoder().state_dict().items()}
+    # the speaker encoder's tensors too, as in a real checkpoint: tiny models clone voices
+    state.update({k: v.contiguous() for k, v in BiCodecSpeakerEncoder().model.state_dict().items()})
     save_file(state, str(codec_dir / "model.safetensors"))
-    (codec_dir / "config.yaml").write_text(yaml.safe_dump({"audio_tokenizer": DEFAULT_CONFIG}))
+    config = {**DEFAULT_SPEAKER_CONFIG, **DEFAULT_CONFIG,
+              "speaker_encoder": {**DEFAULT_SPEAKER_CONFIG["speaker_encoder"],
+                                  **DEFAULT_CONFIG["speaker_encoder"]}}
+    (codec_dir / "config.yaml").write_text(yaml.safe_dump({"audio_tokenizer": config}))
 
 
 def make_tiny_model(out_dir: str | Path, profile: str | ModelProfile = "veena", seed: int = 0) -> Path:

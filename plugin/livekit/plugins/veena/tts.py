@@ -27,7 +27,7 @@ from .engine import EngineDeadError, EngineError, EngineStartingError, SamplingO
 from .log import logger
 from .families import family_for
 from .pipeline import Pipeline
-from .profiles import ModelProfile, get_profile
+from .profiles import CLONED_VOICE, ModelProfile, get_profile
 from .remote import FLUSH, RemoteClient
 from .settings import env_float, env_int
 from .stitching import to_int16
@@ -92,6 +92,14 @@ class _TTSOptions:
                            chunk_crossfade_ms=self.chunk_crossfade_ms,
                            max_chunks_in_flight=self.max_chunks_in_flight, timeout=timeout,
                            startup_timeout=self.startup_timeout)
+
+
+def _check_voice(profile: ModelProfile, voice: str, voice_file: VoiceFile | None) -> str:
+    """A profile voice, or a cloned voice's "" together with its voice file."""
+    voice = profile.check_voice(voice)
+    if voice == CLONED_VOICE and voice_file is None:
+        raise ValueError("the voice \"\" is a cloned voice: pass its voice file (voice=\"x.json\")")
+    return voice
 
 
 class TTS(tts.TTS):
@@ -167,7 +175,8 @@ class TTS(tts.TTS):
             self._voice_file = load_voice(voice, prof)
             voice = self._voice_file.voice
         self._opts = _TTSOptions(
-            voice=prof.check_voice(voice if is_given(voice) else prof.default_voice),
+            voice=_check_voice(prof, voice if is_given(voice) else prof.default_voice,
+                               self._voice_file),
             temperature=temperature if is_given(temperature) else base.temperature,
             top_p=top_p if is_given(top_p) else base.top_p,
             top_k=top_k if is_given(top_k) else base.top_k,
@@ -241,7 +250,7 @@ class TTS(tts.TTS):
             if isinstance(changes["voice"], str) and is_voice_path(changes["voice"]):
                 voice_file = load_voice(changes["voice"], self._profile)
                 changes["voice"] = voice_file.voice
-            self._profile.check_voice(changes["voice"])
+            _check_voice(self._profile, changes["voice"], voice_file)
         opts = dataclasses.replace(self._opts, **changes)
         self._validate(opts)
         self._opts = opts

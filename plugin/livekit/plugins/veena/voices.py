@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .families import family_for
+from .profiles import CLONED_VOICE
 
 FORMAT_VERSION = 1
 
@@ -28,7 +29,8 @@ class VoiceFile:
     profile: str
     model: str
     voice: str
-    """The profile voice (speaker prompt) the globals were captured with."""
+    """The profile voice (speaker prompt) the globals were captured with; "" for a voice
+    cloned from a reference clip (no speaker prompt, the globals alone)."""
     speaker_globals: tuple[int, ...]
     format_version: int = FORMAT_VERSION
 
@@ -95,3 +97,23 @@ async def capture_voice(pipeline: Any, text: str, voice: str, *, seed: int | Non
         raise VoiceFileError("the model produced no complete set of speaker tokens")
     return VoiceFile(pipeline.profile.name, model or pipeline.engine.options.model, syn.voice,
                      tuple(syn.speaker_globals))
+
+
+async def clone_voice(pipeline: Any, wav: bytes, *, model: str | None = None) -> VoiceFile:
+    """A voice from a reference clip (WAV bytes): its 32 speaker globals from the codec's
+    speaker encoder, spoken with no speaker prompt (``CLONED_VOICE``). The clip is checked
+    first (``reference_clip.ReferenceClipError``); parsing, resampling and the encoder run off
+    the event loop."""
+    import asyncio
+
+    from .reference_clip import load_reference_clip
+
+    if not pipeline.family.has_speaker_globals:
+        raise VoiceFileError(f"model profile {pipeline.profile.name} has no speaker tokens: "
+                             "its voices are speaker prompts only, nothing to clone into")
+    loop = asyncio.get_running_loop()
+    encoder = await loop.run_in_executor(None, pipeline.speaker_encoder)
+    clip = await loop.run_in_executor(None, load_reference_clip, wav, encoder.sample_rate)
+    ids = await loop.run_in_executor(None, encoder.encode, clip.samples)
+    return VoiceFile(pipeline.profile.name, model or pipeline.engine.options.model, CLONED_VOICE,
+                     pipeline.family.check_globals(ids))

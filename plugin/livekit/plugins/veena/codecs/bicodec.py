@@ -32,6 +32,18 @@ def _decode_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def bicodec_dir(model_dir: str) -> Path:
+    """A local BiCodec folder, or ``repo[:subfolder]`` on the hub (downloaded first; the
+    subfolder defaults to ``BiCodec``)."""
+    path = Path(model_dir)
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    repo, _, sub = model_dir.partition(":")
+    return Path(snapshot_download(repo, allow_patterns=[f"{sub or 'BiCodec'}/*"])) / (sub or "BiCodec")
+
+
 class BiCodecCodec:
     name = "bicodec"
     sample_rate = 16000
@@ -49,12 +61,7 @@ class BiCodecCodec:
         import yaml
         from safetensors.torch import load_file
 
-        path = Path(model_dir)
-        if not path.is_dir():
-            from huggingface_hub import snapshot_download
-
-            repo, _, sub = model_dir.partition(":")
-            path = Path(snapshot_download(repo, allow_patterns=[f"{sub or 'BiCodec'}/*"])) / (sub or "BiCodec")
+        path = bicodec_dir(model_dir)
         config = yaml.safe_load((path / "config.yaml").read_text())
         config = config.get("audio_tokenizer", config)
         model = BiCodecDecoder({k: config[k] for k in DEFAULT_CONFIG if k in config})

@@ -64,6 +64,12 @@ class ModelFamily:
     def load_codec(self, codec_model: str, device: str) -> Codec:
         raise NotImplementedError
 
+    def load_speaker_encoder(self, codec_model: str, device: str) -> Any:
+        """A reference clip -> speaker globals (voice cloning); families without speaker
+        tokens have none."""
+        raise ValueError(f"model profile {self.profile.name} has no speaker encoder: "
+                         "its voices are speaker prompts only")
+
     def token_table(self, tokenizer: Any) -> TokenTable:
         raise NotImplementedError
 

@@ -62,6 +62,14 @@ class BiCodecFamily(ModelFamily):
 
         return BiCodecCodec.load(codec_model, device=device)
 
+    def load_speaker_encoder(self, codec_model: str, device: str) -> Any:
+        from ..codecs.bicodec import bicodec_dir
+        from ..codecs.bicodec_speaker import BiCodecSpeakerEncoder
+
+        if not self.profile.clone_prompt_template:
+            raise ValueError(f"model profile {self.profile.name} has no prompt for cloned voices")
+        return BiCodecSpeakerEncoder.load(str(bicodec_dir(codec_model)), device=device)
+
     def token_table(self, tokenizer: Any) -> TokenTable:
         return TokenTable.for_bicodec(self.profile, tokenizer.get_vocab())
 

@@ -16,10 +16,12 @@ import contextlib
 import hmac
 import json
 import logging
+import re
 import socket
 import struct
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any, Callable
 
 from aiohttp import WSMsgType, web
@@ -28,12 +30,14 @@ from ..chunking import ChunkerOptions, TextChunker, chunk_text
 from ..engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
 from ..families import InvalidGlobalsError
 from ..pipeline import Pipeline
+from ..profiles import CLONED_VOICE
 from ..stitching import to_int16
 from ..transcripts import word_timings
 from ..settings import env_float, env_int, env_str
 from ..turn import Turn, TurnOptions, TurnTimeout
 from ..validation import check_bool, check_float, check_int, check_str
-from ..voices import VoiceFile, voices_in
+from ..reference_clip import ReferenceClipError
+from ..voices import VoiceFile, clone_voice, voices_in
 from .admission import Admission, AdmissionOptions, Overloaded
 from .metrics import ServerMetrics
 from ..protocol import (ERROR_CODES, SAMPLING_FIELDS, ClientMessage, ProtocolError,
@@ -78,6 +82,9 @@ class ServerOptions:
     """After the engine dies, answer 503 this long, then exit non-zero."""
     voices_dir: str | None = None
     """Every ``*.json`` voice file here is a voice clients can name (by its file name)."""
+    max_voice_upload_bytes: int = 12 << 20
+    """POST /v1/voices: the largest reference clip accepted (30 s of 48 kHz stereo float
+    is 11.5 MB)."""
     chunker: ChunkerOptions = ChunkerOptions()
 
     @classmethod
@@ -105,13 +112,15 @@ class ServerOptions:
             keepalive_s=env_float("VEENA_KEEPALIVE_S", cls.keepalive_s),
             engine_dead_exit_s=env_float("VEENA_ENGINE_DEAD_EXIT_S", cls.engine_dead_exit_s),
             voices_dir=env_str("VEENA_VOICES_DIR", "") or None,
+            max_voice_upload_bytes=env_int("VEENA_MAX_VOICE_UPLOAD_BYTES",
+                                           cls.max_voice_upload_bytes),
             chunker=ChunkerOptions.from_env(),
         ).validate()
 
     def validate(self) -> "ServerOptions":
         for name in ("max_message_bytes", "max_text_chars", "max_contexts_per_connection",
                      "max_connections", "max_connection_buffer_bytes",
-                     "socket_send_buffer_bytes"):
+                     "socket_send_buffer_bytes", "max_voice_upload_bytes"):
             check_int(name, getattr(self, name), 1)
         for name in ("max_active_streams", "max_queued_streams"):
             if getattr(self, name) is not None:
@@ -143,6 +152,7 @@ class _ServerState:
         self.voices: dict[str, VoiceFile] = (
             voices_in(options.voices_dir, pipeline.profile) if options.voices_dir else {})
         """Saved voices by name; a bad file stops the server at start-up with its reason."""
+        self.clone_lock = asyncio.Lock()
 
     def refusal(self) -> tuple[str, str] | None:
         """Why no new stream can be accepted now (code, message), or None."""
@@ -205,6 +215,9 @@ def _turn_options(state: "_ServerState", voice: Any, sampling: Any, seed: Any,
         pipeline.profile.default_voice if voice is None else voice)
     s = _sampling(pipeline, sampling)
     globals_ = None if speaker_globals is None else pipeline.family.check_globals(speaker_globals)
+    if voice == CLONED_VOICE and globals_ is None:
+        raise ValueError("voice \"\" is a cloned voice: send its speaker_globals (or name a "
+                         "saved voice)")
     if seed is not None:
         check_int("seed", seed, 0, 2**63 - 1)
     return TurnOptions(voice=voice, sampling=s, seed=seed, speaker_globals=globals_,
@@ -690,6 +703,65 @@ async def _voices(request: web.Request) -> web.Response:
                   for name, v in state.voices.items()]})
 
 
+_CLIP_CODES = {"empty": "empty_audio", "not_wav": "not_wav", "unsupported": "unsupported_audio",
+               "too_short": "audio_too_short", "too_long": "audio_too_long", "silent": "silent_audio"}
+_VOICE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+async def _read_upload(request: web.Request, limit: int) -> bytes | web.Response:
+    """The clip's bytes: the raw body (e.g. ``Content-Type: audio/wav``) or the ``file`` part
+    of a multipart form; past ``limit`` bytes the read stops with 413."""
+    too_large = _json_error("upload_too_large", f"the upload is larger than {limit} bytes "
+                            "(VEENA_MAX_VOICE_UPLOAD_BYTES)")
+    if request.content_length is not None and request.content_length > limit + (1 << 16):
+        return too_large
+    read = lambda: request.content.read(1 << 16)  # noqa: E731
+    if request.content_type.startswith("multipart/"):
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None and getattr(part, "name", None) != "file":
+            await part.release()
+        if part is None:
+            return _json_error("bad_request", "the multipart form has no 'file' part")
+        read = lambda: part.read_chunk(1 << 16)  # noqa: E731
+    data = bytearray()
+    while chunk := await read():
+        data += chunk
+        if len(data) > limit:
+            return too_large
+    return bytes(data)
+
+
+async def _clone(request: web.Request) -> web.Response:
+    """``POST /v1/voices``: a WAV reference clip in, a voice file (JSON) out; with
+    ``?name=NAME`` it is also saved in ``VEENA_VOICES_DIR`` and usable by that name."""
+    state = _state(request)
+    name = request.query.get("name")
+    if name is not None:
+        if not _VOICE_NAME.fullmatch(name):
+            return _json_error("bad_field", "name must be 1-64 letters, digits, '_' or '-'")
+        if state.options.voices_dir is None:
+            return _json_error("bad_request", "this server has no VEENA_VOICES_DIR to save into")
+        if name in state.voices:
+            return _json_error("voice_exists", f"a voice named {name!r} exists")
+    data = await _read_upload(request, state.options.max_voice_upload_bytes)
+    if isinstance(data, web.Response):
+        return data
+    async with state.clone_lock:  # one clone at a time beside the decode work
+        try:
+            saved = await clone_voice(state.pipeline, data)
+        except ReferenceClipError as e:
+            return _json_error(_CLIP_CODES[e.reason], str(e))
+        except ValueError as e:  # no speaker encoder: another family, or a checkpoint without
+            return _json_error("cannot_clone", str(e))
+    body = {**asdict(saved), "speaker_globals": list(saved.speaker_globals)}
+    if name is not None:
+        saved.save(Path(state.options.voices_dir) / f"{name}.json")
+        state.voices[name] = saved
+        body["name"] = name
+    logger.info("voice cloned", extra={"voice_name": name, "bytes": len(data)})
+    return web.json_response(body)
+
+
 async def _metrics(request: web.Request) -> web.Response:
     return web.Response(body=_state(request).metrics.render(),
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
@@ -707,6 +779,7 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
     app.router.add_get("/v1/stream", _websocket)
     app.router.add_post("/v1/audio/speech", _speech)
     app.router.add_get("/v1/voices", _voices)
+    app.router.add_post("/v1/voices", _clone)
     app.router.add_get("/health", _health)
     app.router.add_get("/ready", _ready)
     app.router.add_get("/metrics", _metrics)
