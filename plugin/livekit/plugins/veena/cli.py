@@ -180,9 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.verbose)
     started = time.perf_counter()
     if args.command in ("say", "voice"):
-        from .voices import VoiceFileError
-
         from .reference_clip import ReferenceClipError
+        from .voices import VoiceFileError
 
         run = _say if args.command == "say" else _clone if args.voice_command == "clone" else _capture
         try:
