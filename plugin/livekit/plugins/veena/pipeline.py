@@ -21,7 +21,7 @@ from .codecs.base import Codec
 from .engine import EngineOptions, SamplingOptions, VllmEngine
 from .families import ModelFamily, family_for
 from .parsing import TokenTable
-from .profiles import CLONED_VOICE, ModelProfile, read_manifest, resolve_profile
+from .profiles import ModelProfile, check_cloned_voice, read_manifest, resolve_profile
 from .request_run import piece_seed
 from .scheduler import DecodeScheduler, SchedulerOptions
 from .pacing import PacingOptions
@@ -220,8 +220,7 @@ class Pipeline:
         globals_ = None
         if speaker_globals is not None:
             globals_ = self.family.check_globals(speaker_globals)
-        elif voice == CLONED_VOICE:
-            raise ValueError("a cloned voice has no speaker prompt: it needs its speaker globals")
+        check_cloned_voice(voice, globals_)
         text = " ".join(text.split())
         limit = self.max_chars_per_request()
         pieces = [text] if len(text) <= limit else chunk_text(

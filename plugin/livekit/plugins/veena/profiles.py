@@ -101,6 +101,13 @@ CLONED_VOICE = ""
 (Spark-TTS's prompt-less cloning mode)."""
 
 
+def check_cloned_voice(voice: str, speaker_globals: Sequence[int] | None) -> None:
+    """A cloned voice has no speaker prompt: without its globals there is no voice at all."""
+    if voice == CLONED_VOICE and speaker_globals is None:
+        raise ValueError('voice "" is a cloned voice with no speaker prompt: it needs its '
+                         "speaker globals (its voice file, or speaker_globals)")
+
+
 @dataclass(frozen=True)
 class BiCodecProfile(_Voices):
     """A Spark-TTS-style model: 32 global speaker tokens, then 50 Hz BiCodec semantic tokens.
@@ -156,8 +163,7 @@ class BiCodecProfile(_Voices):
     ) -> list[int]:
         voice = self.check_voice(voice)
         if voice == CLONED_VOICE:
-            if global_ids is None:
-                raise ValueError("a cloned voice has no speaker prompt: it needs its speaker globals")
+            check_cloned_voice(voice, global_ids)
             rendered = self.render_globals(self.check_globals(global_ids))
             words = self.clone_prompt_template.format(text=text, globals=rendered)
         elif global_ids is None:

@@ -27,7 +27,7 @@ from .engine import EngineDeadError, EngineError, EngineStartingError, SamplingO
 from .log import logger
 from .families import family_for
 from .pipeline import Pipeline
-from .profiles import CLONED_VOICE, ModelProfile, get_profile
+from .profiles import ModelProfile, check_cloned_voice, get_profile
 from .remote import FLUSH, RemoteClient
 from .settings import env_float, env_int
 from .stitching import to_int16
@@ -97,8 +97,7 @@ class _TTSOptions:
 def _check_voice(profile: ModelProfile, voice: str, voice_file: VoiceFile | None) -> str:
     """A profile voice, or a cloned voice's "" together with its voice file."""
     voice = profile.check_voice(voice)
-    if voice == CLONED_VOICE and voice_file is None:
-        raise ValueError("the voice \"\" is a cloned voice: pass its voice file (voice=\"x.json\")")
+    check_cloned_voice(voice, voice_file.speaker_globals if voice_file else None)
     return voice
 
 

@@ -30,7 +30,7 @@ from ..chunking import ChunkerOptions, TextChunker, chunk_text
 from ..engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
 from ..families import InvalidGlobalsError
 from ..pipeline import Pipeline
-from ..profiles import CLONED_VOICE
+from ..profiles import check_cloned_voice
 from ..stitching import to_int16
 from ..transcripts import word_timings
 from ..settings import env_float, env_int, env_str
@@ -215,9 +215,7 @@ def _turn_options(state: "_ServerState", voice: Any, sampling: Any, seed: Any,
         pipeline.profile.default_voice if voice is None else voice)
     s = _sampling(pipeline, sampling)
     globals_ = None if speaker_globals is None else pipeline.family.check_globals(speaker_globals)
-    if voice == CLONED_VOICE and globals_ is None:
-        raise ValueError("voice \"\" is a cloned voice: send its speaker_globals (or name a "
-                         "saved voice)")
+    check_cloned_voice(voice, globals_)
     if seed is not None:
         check_int("seed", seed, 0, 2**63 - 1)
     return TurnOptions(voice=voice, sampling=s, seed=seed, speaker_globals=globals_,
