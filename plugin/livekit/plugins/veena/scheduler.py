@@ -71,8 +71,8 @@ class DecodeScheduler:
         self._latency: dict[int, float] = {}
         """Window steps -> recent seconds from submit to decoded (queue wait included)."""
         self._per_window: dict[int, float] = {}
-        self._since_probe = 0
         """Batch size bucket (a power of two) -> recent decode seconds per window."""
+        self._since_probe = 0
         self.last_done = time.monotonic()
         """When the codec last finished a batch: proof that queued windows will move."""
 

@@ -85,6 +85,7 @@ class ModelFamily:
     def default_pacing(self, options: "PipelineOptions") -> PacingOptions:
         """How large listener-paced windows may grow (``pacing``)."""
         return options.snac_pacing
+
     def default_sampling(self) -> SamplingOptions:
         """The model card's sampling defaults; the token budget is derived per text."""
         d = self.profile.sampling
