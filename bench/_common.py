@@ -1,15 +1,17 @@
-"""Shared by the benchmarks: a table on the log, the same numbers as JSON in bench/results/."""
+"""Shared by the benchmarks: a table on the log, the same numbers as JSON in bench/results/
+(or in ``VEENA_BENCH_RESULTS``, so that test runs never overwrite the README's figures)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import time
 from pathlib import Path
 
 logger = logging.getLogger("bench")
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(os.environ.get("VEENA_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 
 
 def setup() -> None:
@@ -27,7 +29,7 @@ def report(name: str, rows: list[dict], notes: dict | None = None) -> Path:
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(fmt(r[c]).ljust(w) for c, w in zip(cols, widths)) for r in rows]
     logger.info("\n== %s ==\n%s", name, "\n".join(lines))
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"benchmark": name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                 "machine": platform.platform(), "processor": platform.processor(),

@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 
 import pytest
 
+from livekit.plugins.veena import families, profiles
 from livekit.plugins.veena.codecs.snac import SnacCodec
 from livekit.plugins.veena.engine import EngineOptions
 from livekit.plugins.veena.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.tiny_model import make_tiny_model
 
 logging.getLogger("vllm").setLevel(logging.WARNING)
+
+
+@pytest.fixture(autouse=True)
+def _restore_registries():
+    """What one test registers (families, profiles) or puts on ``sys.path`` ends with it."""
+    saved = dict(families._FAMILIES), dict(profiles.PROFILES), list(sys.path)
+    yield
+    for registry, before in zip((families._FAMILIES, profiles.PROFILES), saved):
+        registry.clear()
+        registry.update(before)
+    sys.path[:] = saved[2]
 
 
 @contextlib.asynccontextmanager

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 
 import numpy as np
 
@@ -46,6 +48,32 @@ async def engine_settled(pipeline, timeout: float = 2.0) -> bool:
             return True
         await asyncio.sleep(0.02)
     return False
+
+
+@contextlib.contextmanager
+def gated_codec(pipeline):
+    """Hold every codec call of ``pipeline`` at a gate until the block ends. Yields the
+    ``threading.Event`` set once a call waits there: while it waits, a decode is in flight,
+    so whatever the event loop finishes then did not wait for the codec."""
+    codec = pipeline.scheduler.codec
+    real, entered, gate = codec.decode, threading.Event(), threading.Event()
+
+    def held(*args, **kwargs):
+        entered.set()
+        gate.wait()
+        return real(*args, **kwargs)
+
+    codec.decode = held
+    try:
+        yield entered
+    finally:
+        del codec.decode  # the class's own method again
+        gate.set()
+
+
+async def wait_thread_event(event: threading.Event, timeout: float = 120.0) -> bool:
+    """Wait for a thread-side event without blocking the loop (``timeout``: a hang guard)."""
+    return await asyncio.to_thread(event.wait, timeout)
 
 
 def windowed_decode(codec, codes, opts: WindowOptions, seed: int, crossfade: int,

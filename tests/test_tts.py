@@ -1,17 +1,17 @@
 """The LiveKit TTS driven through livekit-agents' own API on the tiny model."""
 
 import asyncio
-import time
 
 import pytest
 from livekit.agents import APIConnectionError, APIConnectOptions
 
 from livekit.plugins import veena
+from livekit.plugins.veena.chunking import ChunkerOptions, TextChunker
 from livekit.plugins.veena.engine import EngineOptions, VllmEngine
 from livekit.plugins.veena.pipeline import Pipeline
 from livekit.plugins.veena.profiles import VEENA
 
-from .helpers import engine_settled
+from .helpers import engine_settled, gated_codec, wait_thread_event
 
 pytestmark = pytest.mark.engine
 CHUNK_TOKENS = 70  # 10 SNAC frames = 20480 samples per chunk on the tiny model
@@ -35,8 +35,13 @@ async def test_stream_one_segment_pipelined_chunks_and_metrics(tts_, pipeline):
     live, stop = [], asyncio.Event()
     watcher = asyncio.create_task(_watch_live(pipeline, live, stop))
     stream = tts_.stream()
-    for delta in ["Hello there, ", "this is the first sentence. ", "Here is the second ",
-                  "one, a little longer than the first. ", "And a third sentence to close."]:
+    deltas = ["Hello there, ", "this is the first sentence. ", "Here is the second ",
+              "one, a little longer than the first. ", "And a third sentence to close."]
+    # the chunks the plugin's default chunker makes of these deltas, counted independently
+    chunker = TextChunker(ChunkerOptions.from_env())
+    n_chunks = sum(len(chunker.push(d)) for d in deltas) + len(chunker.flush())
+    assert n_chunks >= 2
+    for delta in deltas:
         stream.push_text(delta)
     stream.end_input()
     events = [ev async for ev in stream]
@@ -48,8 +53,6 @@ async def test_stream_one_segment_pipelined_chunks_and_metrics(tts_, pipeline):
     assert len({ev.segment_id for ev in events}) == 1, "one stream = one segment"
     assert events[-1].is_final and not any(ev.is_final for ev in events[:-1])
     samples = sum(f.samples_per_channel for f in frames)
-    n_chunks = round((samples + CROSSFADE) / 20480)
-    assert n_chunks >= 2
     # every chunk's audio is there, joined with one crossfade per seam and no gap
     assert samples == n_chunks * 20480 - (n_chunks - 1) * CROSSFADE
     assert max(live) >= 2, "chunk k+1 must generate while chunk k is still being produced"
@@ -70,7 +73,9 @@ async def test_synthesize_chunked(tts_):
     assert metrics[0].audio_duration == pytest.approx(frame.duration, abs=1e-3)
 
 
-async def test_interruption_aborts_within_100ms(pipeline):
+async def test_interruption_aborts_without_waiting_for_the_codec(pipeline):
+    """``aclose`` aborts the vLLM request and drops the windows while a decode is still
+    blocked in the codec: it never waits for decode or generation to finish."""
     tts_ = veena.TTS(pipeline=pipeline, max_tokens_per_chunk=1400)
     stream = tts_.stream()
     stream.push_text("This is a long reply that the user will interrupt. It has more sentences. ")
@@ -79,17 +84,12 @@ async def test_interruption_aborts_within_100ms(pipeline):
     it = stream.__aiter__()
     await it.__anext__()
     assert pipeline.engine.live_request_ids
-    t0 = time.perf_counter()
-    await stream.aclose()
-    elapsed = time.perf_counter() - t0
-    assert not pipeline.engine.live_request_ids
-    assert pipeline.scheduler.pending == 0
-    assert elapsed < 0.1, elapsed
-    for _ in range(50):
-        if pipeline.engine.num_unfinished_requests == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert pipeline.engine.num_unfinished_requests == 0
+    with gated_codec(pipeline) as decoding:
+        assert await wait_thread_event(decoding)
+        await asyncio.wait_for(stream.aclose(), 120)  # hang guard only
+        assert not pipeline.engine.live_request_ids
+        assert pipeline.scheduler.pending == 0
+    assert await engine_settled(pipeline, timeout=30)
 
 
 def test_invalid_options_raise_at_construction(pipeline):
