@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import sys
 
@@ -20,6 +21,8 @@ logging.getLogger("vllm").setLevel(logging.WARNING)
 @pytest.fixture(autouse=True)
 def _restore_registries():
     """What one test registers (families, profiles) or puts on ``sys.path`` ends with it."""
+    for builtin in families._BUILTIN:  # registered on first import: before the snapshot
+        importlib.import_module(f"{families.__name__}.{builtin}")
     saved = dict(families._FAMILIES), dict(profiles.PROFILES), list(sys.path)
     yield
     for registry, before in zip((families._FAMILIES, profiles.PROFILES), saved):

@@ -2,6 +2,7 @@
 livekit-agents' provider contract expects (``max_retry=3`` gives four ``error`` events)."""
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -29,13 +30,23 @@ async def silent_tcp_server():
 
 @pytest.fixture
 async def silent_ws_server():
-    """Completes the WebSocket handshake, then never sends a message."""
+    """Answers ``/ready``; on ``/v1/stream`` completes the WebSocket handshake, then never
+    sends a message; on ``/stall/v1/stream`` never completes the handshake."""
     async def handler(request):
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         async for _ in ws:
             pass
         return ws
+
+    async def ready(request):
+        return web.json_response({"ready": True, "sample_rate": 24000})
+
+    released = asyncio.Event()
+
+    async def stall(request):
+        await released.wait()  # until the fixture ends
+        return web.Response(status=503)
 
     async def refuse(request):
         return web.json_response({"error": {"code": "overloaded", "message": "full",
@@ -44,12 +55,16 @@ async def silent_ws_server():
 
     app = web.Application()
     app.router.add_get("/v1/stream", handler)
+    app.router.add_get("/ready", ready)
+    app.router.add_get("/stall/ready", ready)
+    app.router.add_get("/stall/v1/stream", stall)
     app.router.add_get("/full/v1/stream", refuse)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     yield f"ws://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    released.set()
     await runner.cleanup()
 
 
@@ -68,20 +83,30 @@ async def _stream_errors(tts_, conn):
     return info.value, errors, elapsed
 
 
-@pytest.fixture(params=["no handshake", "no message"])
-def stalled_url(request, silent_tcp_server, silent_ws_server):
-    return silent_tcp_server if request.param == "no handshake" else silent_ws_server
+STALLS = {  # where the server stops answering -> the plugin's message for it
+    "no ready": "no answer from .*/ready",
+    "no handshake": "no WebSocket handshake from",
+    "no message": "no message from the veena server",
+}
 
 
-async def test_stalled_server_is_a_timeout_retried_four_times(stalled_url):
-    url = stalled_url
+@pytest.fixture(params=list(STALLS))
+def stalled(request, silent_tcp_server, silent_ws_server):
+    url = {"no ready": silent_tcp_server, "no handshake": silent_ws_server + "/stall",
+           "no message": silent_ws_server}[request.param]
+    return url, STALLS[request.param]
+
+
+async def test_stalled_server_is_a_timeout_retried_four_times(stalled):
+    url, message = stalled
     tts_ = veena.TTS(base_url=url)
     conn = APIConnectOptions(max_retry=3, timeout=0.5, retry_interval=0.05)
     err, errors, elapsed = await _stream_errors(tts_, conn)
     assert isinstance(err, APITimeoutError), err
     assert len(errors) == 4 and all(isinstance(e.error, APITimeoutError) for e in errors)
+    assert all(re.search(message, str(e.error)) for e in errors), [str(e.error) for e in errors]
     assert [e.recoverable for e in errors] == [True, True, True, False]
-    assert elapsed >= 4 * 0.5  # each attempt waited its full timeout
+    assert elapsed >= 4 * 0.5  # each attempt waited its full timeout (a lower bound only)
     await tts_.aclose()
 
 
