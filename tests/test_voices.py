@@ -4,12 +4,14 @@ another profile, a wrong count, out-of-range ids or bad JSON is a clear error be
 engine work."""
 
 import json
+import re
 
 import aiohttp
 import pytest
 
 from livekit.plugins import veena
 from livekit.plugins.veena import cli
+from livekit.plugins.veena.pipeline import Pipeline
 from livekit.plugins.veena.profiles import VEENA, VEENA3
 from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.voices import (FORMAT_VERSION, VoiceFile, VoiceFileError,
@@ -39,14 +41,21 @@ def _write(tmp_path, name, data):
     ({**GOOD, "voice": "nobody"}, "unknown voice"),
     ({**GOOD, "model": 3}, "model"),
 ])
-def test_bad_voice_files_are_clear_errors_before_any_engine_work(tmp_path, data, match):
+def test_bad_voice_files_are_clear_errors_before_any_engine_work(tmp_path, data, match,
+                                                                  monkeypatch, caplog):
     path = _write(tmp_path, "bad.json", data)
     with pytest.raises(VoiceFileError, match=match):
         load_voice(path, VEENA3)
     with pytest.raises(ValueError, match=match):  # the plugin refuses it at construction
         veena.TTS(base_url="ws://127.0.0.1:9", profile="veena3", voice=str(path))
-    assert cli.main(["say", "hi", "--voice", str(path), "--model", str(tmp_path / "none"),
-                     "--profile", "veena3", "-o", str(tmp_path / "x.wav")]) != 0
+    # the command line: the voice file's own error (exit 2), and no pipeline was ever built
+    built = []
+    monkeypatch.setattr(Pipeline, "from_model", classmethod(lambda cls, *a, **kw: built.append(a)))
+    (tmp_path / "model").mkdir()
+    assert cli.main(["say", "hi", "--voice", str(path), "--model", str(tmp_path / "model"),
+                     "--profile", "veena3", "-o", str(tmp_path / "x.wav")]) == 2
+    assert not built
+    assert any(re.search(match, r.getMessage()) for r in caplog.records if r.levelname == "ERROR")
 
 
 def test_a_snac_profile_takes_no_voice_file(tmp_path):
