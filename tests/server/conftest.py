@@ -13,6 +13,21 @@ from aiohttp import web
 from livekit.plugins.veena.server.app import ServerOptions, create_app
 
 API_KEY = "test-key"
+POLLS = 6000
+"""Most polls of one ``poll_until``: a guard against a hang, never a claim about speed."""
+
+
+async def poll_until(check, what: str, every_s: float = 0.05, polls: int = POLLS):
+    """Poll ``check`` (sync or async) until it returns a true value, which is returned;
+    fails after ``polls`` polls (a hang guard), saying ``what`` it waited for."""
+    for _ in range(polls):
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        await asyncio.sleep(every_s)
+    raise AssertionError(f"never happened: {what}")
 
 
 async def metric(session, url: str, name: str) -> float:
@@ -68,15 +83,16 @@ async def spawn_server(model_dir: str, wait_for: str = "/ready", **env: str):
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as s:
-            while True:  # engine start: a minute or more here, however long it takes
+            async def up() -> bool:
                 assert proc.poll() is None, "server exited during start-up"
                 try:
                     async with s.get(url + wait_for) as r:
-                        if r.status == 200:
-                            break
+                        return r.status == 200
                 except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.5)
+                    return False
+
+            # engine start: a minute or more here; the guard (10 min of polls) only stops a hang
+            await poll_until(up, f"{wait_for} answers 200", every_s=0.5, polls=1200)
         yield proc, url
     finally:
         if proc.poll() is None:

@@ -11,13 +11,18 @@ Client -> server, JSON text frames, each naming a ``context_id`` (several may sh
 ``continue: false`` ends the context's text. Server -> client: binary frames
 ``[1 byte n][n bytes context_id][int16 little-endian PCM]`` and exactly one terminal JSON
 event per context: ``done``, ``cancelled`` or ``error`` (``code``, ``message``,
-``retryable``). Errors that belong to no context carry ``"context_id": null``. While a
-context waits (engine start-up, a stream slot, vLLM's queue) and sends nothing else, the
-server sends ``{"type": "waiting", "context_id": ...}`` every keep-alive interval, so a
-client's read timeout measures a silent server, not a busy one. A context that captured
-speaker globals (BiCodec) sends ``{"type": "voice", "speaker_globals": [32 ints]}`` as soon as
-they are known; after each text chunk's audio it sends ``{"type": "words", "words": [{"text",
-"start", "end"}]}`` (seconds in the context's audio) for aligned transcripts.
+``retryable``). The first ``speak`` of a new id starts a context; a context id is single-use
+on its connection. A message that starts nothing and changes nothing (text after
+``continue: false``, a message for an ended or unknown context) is answered with a
+``rejected`` event (``code``, ``message``), never a terminal one; a ``cancel`` for a context
+that has already ended is answered with nothing. Errors that belong to no context carry
+``"context_id": null``. While a context waits (engine start-up, a stream slot, vLLM's queue,
+the client's next text) and sends nothing else, the server sends ``{"type": "waiting",
+"context_id": ...}`` every keep-alive interval, so a client's read timeout measures a silent
+server, not a busy one. A context that captured speaker globals (BiCodec) sends ``{"type":
+"voice", "speaker_globals": [32 ints]}`` as soon as they are known; after each text chunk's
+audio it sends ``{"type": "words", "words": [{"text", "start", "end"}]}`` (seconds in the
+context's audio) for aligned transcripts.
 """
 
 from __future__ import annotations
@@ -58,6 +63,10 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "context_ended": ErrorCode(409, False),
     "text_too_long": ErrorCode(400, False),
     "message_too_large": ErrorCode(400, False),
+    "body_too_large": ErrorCode(413, False),
+    "not_found": ErrorCode(404, False),
+    "method_not_allowed": ErrorCode(405, False),
+    "idle_timeout": ErrorCode(408, False),
     "too_many_contexts": ErrorCode(429, False),
     "slow_client": ErrorCode(408, False),
     # voice uploads (POST /v1/voices): the clip cannot give a voice
@@ -252,6 +261,12 @@ def words_event(context_id: str, words: list[tuple[str, float, float]]) -> dict[
     chunk's audio is out: aligned transcripts for the client."""
     return {"type": "words", "context_id": context_id,
             "words": [{"text": t, "start": round(a, 4), "end": round(b, 4)} for t, a, b in words]}
+
+
+def rejected_event(context_id: str, code: str, message: str) -> dict[str, Any]:
+    """A message that started nothing and changed nothing (e.g. text after ``continue:
+    false``): not a terminal event, the context (if any) goes on or has already ended."""
+    return {"type": "rejected", "context_id": context_id, "code": code, "message": message}
 
 
 def waiting_event(context_id: str) -> dict[str, Any]:

@@ -9,7 +9,10 @@ so a file for another profile or a hand-edited one fails with a clear ``VoiceFil
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +37,38 @@ class VoiceFile:
     speaker_globals: tuple[int, ...]
     format_version: int = FORMAT_VERSION
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, exclusive: bool = False) -> Path:
+        """Write the file whole or not at all (a temporary file, then one rename or link).
+        With ``exclusive`` an existing file is never replaced (``FileExistsError``), even
+        when several writers race for one name, in this process or another."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         data = {**asdict(self), "speaker_globals": list(self.speaker_globals)}
-        path.write_text(json.dumps(data, indent=2) + "\n")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(data, indent=2) + "\n")
+            os.chmod(tmp, 0o644)  # as a plain write would leave it (mkstemp makes it 0600)
+            if exclusive:
+                _link_new(tmp, path)
+            else:
+                os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         return path
+
+
+def _link_new(tmp: str, path: Path) -> None:
+    """Give ``tmp`` the name ``path`` only if no file has it: ``os.link`` fails atomically
+    on an existing name. A file system without hard links gets an O_EXCL create instead."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:
+        with open(path, "x") as f, open(tmp) as src:
+            f.write(src.read())
 
 
 def is_voice_path(voice: str) -> bool:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
+
 class Overloaded(RuntimeError):
     """No slot now and no room (or no time left) in the wait queue."""
 
@@ -60,6 +61,15 @@ class Admission:
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         """Hold one stream slot for the body; raise ``Overloaded`` when none can be had."""
+        await self.acquire()
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def acquire(self) -> None:
+        """Take one stream slot (give it back with ``release``); ``Overloaded`` when none
+        can be had. A caller cancelled while it waits holds nothing."""
         opts = self.options
         if self.active >= opts.max_active or self._waiters:
             if len(self._waiters) >= opts.max_queued:
@@ -87,10 +97,10 @@ class Admission:
             self.active += 1
             self._changed()
             self._on_wait(0.0)
-        try:
-            yield
-        finally:
-            self._release()
+
+    def release(self) -> None:
+        """Give back a slot taken with ``acquire`` (once per ``acquire``)."""
+        self._release()
 
     def _release(self) -> None:
         while self._waiters:
@@ -101,6 +111,31 @@ class Admission:
                 return
         self.active -= 1
         self._changed()
+
+
+class StreamSlot:
+    """One stream's hold on a slot, taken when it has text to speak and given back while it
+    waits for more: ``give_back`` is idempotent, so every exit path may call it."""
+
+    def __init__(self, admission: Admission,
+                 on_hold: Callable[[bool], None] = lambda held: None) -> None:
+        self._admission = admission
+        self._on_hold = on_hold
+        self.held = False
+
+    async def take(self) -> None:
+        """Hold a slot (no-op while held); ``Overloaded`` when none can be had."""
+        if self.held:
+            return
+        await self._admission.acquire()
+        self.held = True
+        self._on_hold(True)
+
+    def give_back(self) -> None:
+        if self.held:
+            self.held = False
+            self._admission.release()
+            self._on_hold(False)
 
 
 def _granted(waiter: asyncio.Future) -> bool:

@@ -1,0 +1,141 @@
+"""What every route shares (the pipeline, limits, metrics, live contexts, saved voices) and
+the helpers every route answers with: one JSON error shape, one mapping from failures to
+protocol codes, one validation of what a client asks a turn to do."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from ..engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
+from ..families import InvalidGlobalsError
+from ..pipeline import Pipeline
+from ..profiles import check_cloned_voice
+from ..protocol import ERROR_CODES, SAMPLING_FIELDS
+from ..turn import TurnOptions, TurnTimeout
+from ..validation import check_int
+from ..voices import VoiceFile, voices_in
+from .admission import Admission, Overloaded
+from .metrics import ServerMetrics
+from .options import ServerOptions
+
+if TYPE_CHECKING:
+    from .websocket import Context
+
+logger = logging.getLogger(__name__)
+
+STATE_KEY = web.AppKey("veena_state", object)
+
+
+class ContextIdle(TimeoutError):
+    """A WebSocket context received no text and had nothing to speak for its idle limit."""
+
+
+class ServerState:
+    """What every route shares: the pipeline, limits, metrics and the live contexts."""
+
+    def __init__(self, pipeline: Pipeline, options: ServerOptions) -> None:
+        self.pipeline = pipeline
+        self.options = options
+        self.metrics = ServerMetrics()
+        self.admission = Admission(
+            options.admission(pipeline.engine.options.max_num_seqs),
+            on_change=self.metrics.on_admission, on_wait=self.metrics.stream_queue_wait.observe,
+            on_reject=lambda reason: self.metrics.rejected.labels(reason).inc())
+        self.contexts: set[Context] = set()
+        """Every WebSocket context whose task has not ended, over all connections."""
+        self.connections = 0
+        self.voices: dict[str, VoiceFile] = self._saved_voices()
+        """Saved voices by name; a bad file stops the server at start-up with its reason."""
+        self.voice_names_taken: set[str] = set()
+        """Names being saved right now (POST /v1/voices): a second upload is refused at once."""
+        self.clone_lock = asyncio.Lock()
+
+    def _saved_voices(self) -> dict[str, VoiceFile]:
+        if not self.options.voices_dir:
+            return {}
+        found = voices_in(self.options.voices_dir, self.pipeline.profile)
+        for name in [n for n in found if self.is_profile_voice(n)]:
+            logger.warning("ignoring saved voice %r: the profile has a voice of that name",
+                           name, extra={"voice_name": name})
+            del found[name]
+        return found
+
+    def is_profile_voice(self, name: str) -> bool:
+        """Names are compared case-insensitively: on a case-insensitive file system
+        ``Kavya.json`` would otherwise stand beside the built-in ``kavya``."""
+        return name.casefold() in {v.casefold() for v in self.pipeline.profile.voices}
+
+    def refusal(self) -> tuple[str, str] | None:
+        """Why no new stream can be accepted now (code, message), or None."""
+        health = self.pipeline.engine.health
+        if health.state == "dead":
+            return "engine_dead", f"the TTS engine is dead: {health.reason}"
+        return None
+
+    def on_engine_dead(self, reason: str) -> None:
+        self.metrics.engine_up.set(0)
+        for ctx in list(self.contexts):
+            ctx.fail("engine_dead", f"the TTS engine died: {reason}")
+
+
+def server_state(request: web.Request) -> ServerState:
+    return request.app[STATE_KEY]  # type: ignore[return-value]
+
+
+def json_error(code: str, message: str, retry_after_s: float | None = None) -> web.Response:
+    """The one error body of every HTTP route: ``{"error": {code, message, retryable}}``."""
+    spec = ERROR_CODES[code]
+    headers = {"Retry-After": str(max(1, round(retry_after_s)))} if retry_after_s else None
+    return web.json_response({"error": {"code": code, "message": message,
+                                        "retryable": spec.retryable}},
+                             status=spec.status, headers=headers)
+
+
+_CODE_BY_TYPE: tuple[tuple[type[BaseException], str], ...] = (
+    (EngineDeadError, "engine_dead"),  # before its base class EngineError
+    (EngineStartingError, "starting"),
+    (EngineError, "engine_error"),
+    (Overloaded, "overloaded"),
+    (TurnTimeout, "timeout"),
+    (ContextIdle, "idle_timeout"),
+    (InvalidGlobalsError, "invalid_globals"),  # before its base class ValueError
+    (ValueError, "bad_request"),
+)
+
+
+def error_code(e: BaseException) -> str:
+    """The protocol code of a failure, by its type (most specific first)."""
+    return next((code for kind, code in _CODE_BY_TYPE if isinstance(e, kind)), "internal_error")
+
+
+def _sampling(pipeline: Pipeline, sampling: Any) -> SamplingOptions:
+    if not isinstance(sampling, dict) or set(sampling) - set(SAMPLING_FIELDS):
+        raise ValueError(f"sampling must be an object with only {', '.join(SAMPLING_FIELDS)}")
+    return replace(pipeline.default_sampling(), **sampling).validate()
+
+
+def turn_options(state: ServerState, voice: Any, sampling: Any, seed: Any,
+                 speaker_globals: Any) -> TurnOptions:
+    """Validate everything a client asked for, by type and range, before any engine work.
+    A saved voice's name stands for its profile voice and its speaker globals."""
+    pipeline = state.pipeline
+    saved = state.voices.get(voice) if isinstance(voice, str) else None
+    if saved is not None:
+        voice = saved.voice
+        if speaker_globals is None:
+            speaker_globals = saved.speaker_globals
+    voice = pipeline.profile.check_voice(
+        pipeline.profile.default_voice if voice is None else voice)
+    s = _sampling(pipeline, sampling)
+    globals_ = None if speaker_globals is None else pipeline.family.check_globals(speaker_globals)
+    check_cloned_voice(voice, globals_)
+    if seed is not None:
+        check_int("seed", seed, 0, 2**63 - 1)
+    return TurnOptions(voice=voice, sampling=s, seed=seed, speaker_globals=globals_,
+                       timeout=state.options.turn_timeout_s,
+                       startup_timeout=pipeline.engine.options.startup_timeout_s)

@@ -1,0 +1,114 @@
+"""``GET /v1/voices`` (the voices a client can name) and ``POST /v1/voices`` (a voice from a
+reference clip, optionally saved under a name).
+
+A saved name is unique: it may not be a profile voice's (it would replace that voice for
+every client) nor an existing saved voice's, and two uploads racing for one name cannot both
+win: the name is reserved in this process first, and the file is created only where no file
+of that name exists (``VoiceFile.save(exclusive=True)``), which also holds between replicas
+sharing one ``VEENA_VOICES_DIR``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from ..reference_clip import ReferenceClipError
+from ..voices import clone_voice
+from .state import json_error, server_state
+
+logger = logging.getLogger(__name__)
+
+_CLIP_CODES = {"empty": "empty_audio", "not_wav": "not_wav", "unsupported": "unsupported_audio",
+               "too_short": "audio_too_short", "too_long": "audio_too_long", "silent": "silent_audio"}
+_VOICE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+async def voices(request: web.Request) -> web.Response:
+    """``GET /v1/voices``: the profile's voices and the saved ones (``VEENA_VOICES_DIR``)."""
+    state = server_state(request)
+    profile = state.pipeline.profile
+    return web.json_response({
+        "profile": profile.name, "voices": list(profile.voices),
+        "saved": [{"name": name, "voice": v.voice, "model": v.model}
+                  for name, v in state.voices.items()]})
+
+
+async def _read_upload(request: web.Request, limit: int) -> bytes | web.Response:
+    """The clip's bytes: the raw body (e.g. ``Content-Type: audio/wav``) or the ``file`` part
+    of a multipart form; past ``limit`` bytes the read stops with 413. A malformed form (no
+    boundary, a body that is not the form it claims) is a 400, never a 500."""
+    too_large = json_error("upload_too_large", f"the upload is larger than {limit} bytes "
+                           "(VEENA_MAX_VOICE_UPLOAD_BYTES)")
+    if request.content_length is not None and request.content_length > limit + (1 << 16):
+        return too_large
+    try:
+        read = lambda: request.content.read(1 << 16)  # noqa: E731
+        if request.content_type.startswith("multipart/"):
+            reader = await request.multipart()
+            while ((part := await reader.next()) is not None
+                   and getattr(part, "name", None) != "file"):
+                await part.release()
+            if part is None or not hasattr(part, "read_chunk"):
+                return json_error("bad_request", "the multipart form has no 'file' part")
+            read = lambda: part.read_chunk(1 << 16)  # noqa: E731
+        data = bytearray()
+        while chunk := await read():
+            data += chunk
+            if len(data) > limit:
+                return too_large
+    except (ValueError, AssertionError, HttpProcessingError, ConnectionError) as e:
+        # aiohttp's multipart reader raises ValueError (and, for some malformed bodies,
+        # AssertionError) on what the client sent
+        return json_error("bad_request", f"the upload could not be read: {e or type(e).__name__}")
+    return bytes(data)
+
+
+async def clone(request: web.Request) -> web.Response:
+    """``POST /v1/voices``: a WAV reference clip in, a voice file (JSON) out; with
+    ``?name=NAME`` it is also saved in ``VEENA_VOICES_DIR`` and usable by that name."""
+    state = server_state(request)
+    name = request.query.get("name")
+    if name is not None:
+        if not _VOICE_NAME.fullmatch(name):
+            return json_error("bad_field", "name must be 1-64 letters, digits, '_' or '-'")
+        if state.options.voices_dir is None:
+            return json_error("bad_request", "this server has no VEENA_VOICES_DIR to save into")
+        if state.is_profile_voice(name):
+            return json_error("voice_exists", f"{name!r} is one of the model's own voices")
+        if name in state.voices or name in state.voice_names_taken:
+            return json_error("voice_exists", f"a voice named {name!r} exists")
+        state.voice_names_taken.add(name)
+    try:
+        return await _clone_and_save(request, name)
+    finally:
+        state.voice_names_taken.discard(name)
+
+
+async def _clone_and_save(request: web.Request, name: str | None) -> web.Response:
+    state = server_state(request)
+    data = await _read_upload(request, state.options.max_voice_upload_bytes)
+    if isinstance(data, web.Response):
+        return data
+    async with state.clone_lock:  # one clone at a time beside the decode work
+        try:
+            saved = await clone_voice(state.pipeline, data)
+        except ReferenceClipError as e:
+            return json_error(_CLIP_CODES[e.reason], str(e))
+        except ValueError as e:  # no speaker encoder: another family, or a checkpoint without
+            return json_error("cannot_clone", str(e))
+    body = {**asdict(saved), "speaker_globals": list(saved.speaker_globals)}
+    if name is not None:
+        try:
+            saved.save(Path(state.options.voices_dir) / f"{name}.json", exclusive=True)
+        except FileExistsError:  # another replica sharing the folder saved it first
+            return json_error("voice_exists", f"a voice named {name!r} exists")
+        state.voices[name] = saved
+        body["name"] = name
+    logger.info("voice cloned", extra={"voice_name": name, "bytes": len(data)})
+    return web.json_response(body)

@@ -1,0 +1,156 @@
+"""A pipeline for server tests that need no vLLM and no torch: the product's own Pipeline,
+Turn, scheduler, windowing and stitching over a fake engine (random SNAC frames, one frame
+per loop turn, optionally held at a gate) and a codec that decodes to silence.
+
+It makes the server's own logic (context lifecycles, admission, aborts, bad input) testable
+in bounded time, and lets a test see the engine's work directly: tokens produced so far and
+the requests still live."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from typing import AsyncIterator, Callable, Sequence
+
+import numpy as np
+
+from livekit.plugins.veena.engine import EngineHealth, EngineOptions, SamplingOptions
+from livekit.plugins.veena.pipeline import Pipeline, PipelineOptions
+from livekit.plugins.veena.profiles import VEENA
+
+
+class _Tokenizer:
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [1 + b % 250 for b in text.encode()]
+
+
+class FakeEngine:
+    """Yields one 7-token SNAC frame per event-loop turn, ``max_tokens // 7`` frames, or
+    until ``hold_after`` frames, then waits for ``gate`` (set by the test)."""
+
+    def __init__(self, max_num_seqs: int = 16, hold_after: int | None = None) -> None:
+        self.options = EngineOptions(model="fake", max_model_len=1 << 20,
+                                     max_num_seqs=max_num_seqs)
+        self.tokenizer = _Tokenizer()
+        self.last_output = time.monotonic()
+        self.started = True
+        self.health = EngineHealth("ready")
+        self.hold_after = hold_after
+        self.gate = asyncio.Event()
+        self.tokens_out = 0
+        """Tokens produced over all requests: a test reads the engine's work here."""
+        self.live: set[str] = set()
+        self.aborted: list[str] = []
+        self._ids = itertools.count()
+        self._dead_listeners: list[Callable[[str], None]] = []
+
+    async def start(self, timeout: float | None = None) -> None:
+        return None
+
+    def add_dead_listener(self, listener: Callable[[str], None]) -> None:
+        self._dead_listeners.append(listener)
+
+    def new_request_id(self, prefix: str = "fake") -> str:
+        return f"{prefix}-{next(self._ids)}"
+
+    @property
+    def live_request_ids(self) -> frozenset[str]:
+        return frozenset(self.live)
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return len(self.live)
+
+    async def generate(self, prompt: Sequence[int], sampling: SamplingOptions,
+                       request_id: str | None = None) -> AsyncIterator[list[int]]:
+        rid = request_id or self.new_request_id()
+        rng = np.random.default_rng(sampling.seed)
+        self.live.add(rid)
+        finished = False
+        try:
+            for k in range((sampling.max_tokens or 0) // 7):
+                if self.hold_after is not None and k >= self.hold_after:
+                    await self.gate.wait()
+                await asyncio.sleep(0)
+                self.tokens_out += 7
+                self.last_output = time.monotonic()
+                codes = rng.integers(0, 4096, 7)
+                yield [VEENA.audio_token_base + p * 4096 + int(c) for p, c in enumerate(codes)]
+            finished = True
+        finally:
+            self.live.discard(rid)
+            if not finished:
+                self.aborted.append(rid)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class SilentCodec:
+    """SNAC's shape (24 kHz, 2048 samples per frame), decoding to silence at no cost."""
+
+    name, sample_rate, samples_per_step = "silent", 24000, 2048
+
+    def decode(self, batch):
+        return [np.zeros(b.codes.shape[0] * self.samples_per_step, np.float32) for b in batch]
+
+    def warmup(self) -> None:
+        pass
+
+
+@contextlib.asynccontextmanager
+async def fake_pipeline(**engine_kw):
+    """A started Pipeline over ``FakeEngine(**engine_kw)`` and ``SilentCodec``."""
+    p = Pipeline(FakeEngine(**engine_kw), SilentCodec(), VEENA, PipelineOptions())
+    await p.start()
+    try:
+        yield p
+    finally:
+        await p.aclose()
+
+
+class FakeServer:
+    """A running server app over a fake pipeline: its URL, port, shared state and engine."""
+
+    def __init__(self, url: str, state, pipeline: Pipeline) -> None:
+        self.url = url
+        self.port = int(url.rsplit(":", 1)[1])
+        self.ws_url = url.replace("http://", "ws://") + "/v1/stream"
+        self.state = state
+        self.pipeline = pipeline
+        self.engine: FakeEngine = pipeline.engine  # type: ignore[assignment]
+
+    def idle(self) -> bool:
+        """No context, stream slot, queued stream or engine request is left."""
+        s = self.state
+        return (not s.contexts and s.admission.active == 0 and s.admission.queued == 0
+                and not self.engine.live
+                and not [t for t in asyncio.all_tasks()
+                         if t.get_name().startswith("veena-ctx-") and not t.done()])
+
+    def settled(self) -> bool:
+        """``idle``, and no connection open either."""
+        return self.idle() and self.state.connections == 0
+
+
+@contextlib.asynccontextmanager
+async def fake_server(options, **engine_kw):
+    """``create_app`` over ``fake_pipeline(**engine_kw)`` on a free loopback port."""
+    from aiohttp import web
+
+    from livekit.plugins.veena.server.app import create_app
+    from livekit.plugins.veena.server.state import STATE_KEY
+
+    async with fake_pipeline(**engine_kw) as p:
+        app = create_app(p, options, own_pipeline=False)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            yield FakeServer(f"http://127.0.0.1:{port}", app[STATE_KEY], p)
+        finally:
+            await runner.cleanup()

@@ -1,0 +1,69 @@
+"""A minimal WebSocket client over a raw socket: it can put several messages into ONE socket
+write (so the server reads them in one read, as a client on a real network may make it do)
+and send headers or frames no polite client library would."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import struct
+
+
+def frame(payload: bytes, opcode: int = 0x1) -> bytes:
+    """One masked client frame (RFC 6455)."""
+    mask = os.urandom(4)
+    n = len(payload)
+    if n < 126:
+        head = bytes([0x80 | opcode, 0x80 | n])
+    elif n < 1 << 16:
+        head = bytes([0x80 | opcode, 0x80 | 126]) + struct.pack(">H", n)
+    else:
+        head = bytes([0x80 | opcode, 0x80 | 127]) + struct.pack(">Q", n)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def text_frame(message: dict | str) -> bytes:
+    return frame((message if isinstance(message, str) else json.dumps(message)).encode())
+
+
+class RawWebSocket:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    @classmethod
+    async def connect(cls, port: int, headers: dict[str, str] | None = None,
+                      path: str = "/v1/stream") -> "RawWebSocket":
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        key = base64.b64encode(os.urandom(16)).decode()
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        writer.write((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                      f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                      f"Sec-WebSocket-Version: 13\r\n{extra}\r\n").encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101"), head
+        return cls(reader, writer)
+
+    async def send_together(self, messages: list[dict | str]) -> None:
+        """Every message in one socket write."""
+        self._writer.write(b"".join(text_frame(m) for m in messages))
+        await self._writer.drain()
+
+    async def receive(self) -> tuple[int, bytes]:
+        """The next (opcode, payload) from the server (server frames are not masked)."""
+        b0, b1 = await self._reader.readexactly(2)
+        n = b1 & 0x7F
+        if n == 126:
+            (n,) = struct.unpack(">H", await self._reader.readexactly(2))
+        elif n == 127:
+            (n,) = struct.unpack(">Q", await self._reader.readexactly(8))
+        return b0 & 0x0F, await self._reader.readexactly(n)
+
+    async def close(self) -> None:
+        self._writer.close()
+        try:
+            await self._writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
