@@ -8,6 +8,7 @@ codecs. ``synthesize`` validates a request and returns its lazy ``Synthesis``.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import math
 import random
@@ -19,6 +20,7 @@ from typing import Sequence
 from .chunking import ChunkerOptions, chunk_text
 from .codecs.base import Codec
 from .engine import EngineOptions, SamplingOptions, VllmEngine
+from .download import llm_location, local_checkpoint
 from .families import ModelFamily, family_for
 from .parsing import TokenTable
 from .profiles import ModelProfile, check_cloned_voice, read_manifest, resolve_profile
@@ -33,6 +35,25 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["AudioChunk", "EmptyTextError", "Pipeline", "PipelineOptions", "Synthesis",
            "piece_seed"]
+
+
+LOCAL_ENGINE_MODULES = ("torch", "vllm", "snac", "safetensors", "yaml")
+"""What running a model in this process needs beyond the base (client-side) install."""
+
+
+class MissingExtraError(ImportError):
+    """The local engine's packages are not installed (the base install is the client)."""
+
+
+def require_local_engine() -> None:
+    """Say exactly what to install before anything tries to import torch or vLLM."""
+    missing = [m for m in LOCAL_ENGINE_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtraError(
+            "running a model in this process (veena.TTS(model=...), veena-tts say/serve) needs "
+            "the local engine: pip install 'livekit-plugins-veena[cpu]' on a machine without "
+            "CUDA, or 'livekit-plugins-veena[cuda]' with CUDA (missing: " + ", ".join(missing)
+            + "); or speak through a server with veena.TTS(base_url=...)")
 
 
 @dataclass(frozen=True)
@@ -147,9 +168,11 @@ class Pipeline:
                    codec_model: str | None = None, engine_options: EngineOptions | None = None,
                    options: PipelineOptions | None = None) -> "Pipeline":
         """Build from a model path or hub id; a ``veena_tts.json`` beside it names the profile."""
+        require_local_engine()
         options = options or PipelineOptions.from_env()
-        manifest = read_manifest(model)
         prof = resolve_profile(model, profile)
+        model = local_checkpoint(model, prof)  # a Spark-TTS hub id: its snapshot
+        manifest = read_manifest(model)
         codec_model = codec_location(model, prof, codec_model)
         if manifest.get("random_weights"):
             logger.warning(
@@ -161,7 +184,7 @@ class Pipeline:
 
             torch.set_num_threads(options.torch_threads)
         codec = family_for(prof).load_codec(codec_model, options.codec_device)
-        engine = VllmEngine(engine_options or EngineOptions.from_env(model))
+        engine = VllmEngine(engine_options or EngineOptions.from_env(llm_location(model, prof)))
         pipeline = cls(engine, codec, prof, options)
         pipeline.codec_model = codec_model
         return pipeline
