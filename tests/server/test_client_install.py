@@ -4,6 +4,7 @@ environment's site-packages), the plugin speaks through a server and never impor
 snac or vLLM; asking it for a local model says which extra to install."""
 
 import asyncio
+import shutil
 import sys
 import sysconfig
 import textwrap
@@ -51,8 +52,13 @@ async def _run(*argv: str) -> str:
 
 
 async def test_base_install_speaks_through_a_server_without_torch(tmp_path, server_url):
+    src = tmp_path / "src"  # a copy: building writes build/ and *.egg-info beside the sources
+    for name in ("pyproject.toml", "README.md", "plugin"):
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
+        copy(ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                         if (ROOT / name).is_dir() else {}))
     await _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-               "--no-index", "-w", str(tmp_path / "dist"), str(ROOT))
+               "--no-index", "-w", str(tmp_path / "dist"), str(src))
     (wheel,) = (tmp_path / "dist").glob("livekit_plugins_veena-*.whl")
     with ZipFile(wheel) as z:
         meta = Parser().parsestr(z.read(next(n for n in z.namelist()
