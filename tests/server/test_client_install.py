@@ -53,6 +53,7 @@ async def _run(*argv: str) -> str:
 
 async def test_base_install_speaks_through_a_server_without_torch(tmp_path, server_url):
     src = tmp_path / "src"  # a copy: building writes build/ and *.egg-info beside the sources
+    src.mkdir()
     for name in ("pyproject.toml", "README.md", "plugin"):
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
         copy(ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
