@@ -134,3 +134,31 @@ def test_cli_and_plugin_entry_points(tmp_path, tiny_model_dir, monkeypatch):
     plugin = next(p for p in Plugin.registered_plugins if p.title == "livekit.plugins.veena")
     monkeypatch.setenv("VEENA_MODEL", tiny_model_dir)
     plugin.download_files()  # a local model with its codec inside: nothing to fetch, no error
+
+
+@pytest.fixture(scope="module")
+def spark_hub(tmp_path_factory):
+    """A repository in Spark-TTS-0.5B's layout (LLM/, BiCodec/, config.yaml) and no manifest."""
+    from livekit.plugins.veena.tiny_model import make_tiny_model
+
+    root = make_tiny_model(tmp_path_factory.mktemp("tiny-spark"), "spark")
+    files = {k: v for k, v in _repo_files(root).items() if k != "veena_tts.json"}
+    fake = FakeHub({"SparkAudio/Spark-TTS-0.5B": files,
+                    "test/not-spark": {k: v for k, v in files.items() if k.startswith("LLM/")}})
+    yield fake
+    fake.close()
+
+
+def test_a_spark_checkpoint_is_found_by_its_layout(spark_hub, tmp_path, monkeypatch):
+    """``veena-tts download SparkAudio/Spark-TTS-0.5B``: the snapshot, its LLM folder and its
+    BiCodec folder; the profile follows from the layout (no manifest in a real checkpoint)."""
+    monkeypatch.delenv("VEENA_CODEC_MODEL", raising=False)
+    monkeypatch.delenv("VEENA_PROFILE", raising=False)
+    root, llm, codec = download_model("SparkAudio/Spark-TTS-0.5B", endpoint=spark_hub.url,
+                                      cache_dir=str(tmp_path))
+    assert llm == root / "LLM" and (llm / "config.json").is_file() and (llm / "tokenizer.json").is_file()
+    assert codec == root / "BiCodec" and (codec / "model.safetensors").is_file()
+    assert (root / "config.yaml").is_file()
+    with pytest.raises(DownloadError, match="no LLM/ and BiCodec/ folders"):
+        download_model("test/not-spark", profile="spark", endpoint=spark_hub.url,
+                       cache_dir=str(tmp_path))

@@ -8,7 +8,7 @@ from .engine import EngineDeadError, EngineOptions, SamplingOptions
 from .families import ModelFamily, register_family
 from .log import logger
 from .pipeline import Pipeline, PipelineOptions
-from .profiles import (ORPHEUS, VEENA, VEENA3, BiCodecProfile, SnacProfile, get_profile,
+from .profiles import (ORPHEUS, SPARK, VEENA, VEENA3, BiCodecProfile, SnacProfile, get_profile,
                        register_profile)
 from .tts import TTS, ChunkedStream, SynthesizeStream
 from .version import __version__
@@ -16,7 +16,7 @@ from .version import __version__
 __all__ = [
     "TTS", "ChunkedStream", "SynthesizeStream", "Pipeline", "PipelineOptions", "EngineOptions",
     "SamplingOptions", "ChunkerOptions", "SnacProfile", "BiCodecProfile", "VEENA", "ORPHEUS",
-    "VEENA3", "get_profile", "register_profile", "ModelFamily", "register_family",
+    "VEENA3", "SPARK", "get_profile", "register_profile", "ModelFamily", "register_family",
     "EngineDeadError", "__version__",
 ]
 

@@ -44,7 +44,8 @@ def download_model(model: str | None = None, *, profile: str | ModelProfile | No
 
     The codec comes from the model's own folder where its ``veena_tts.json`` or the
     profile says so (BiCodec lives inside Spark-layout repositories), else from the
-    profile's codec repository (SNAC 24 kHz)."""
+    profile's codec repository (SNAC 24 kHz). A checkpoint in Spark-TTS's layout returns
+    its root, then its LLM folder and its ``BiCodec/`` folder."""
     model = model or os.environ.get("VEENA_MODEL")
     if not model:
         raise DownloadError("no model to download: pass one or set VEENA_MODEL")
@@ -54,6 +55,14 @@ def download_model(model: str | None = None, *, profile: str | ModelProfile | No
     prof = resolve_profile(str(folder), profile)
     folders = [folder]
     codec = os.environ.get("VEENA_CODEC_MODEL") or manifest.get("codec_model") or prof.codec_model
+    llm = getattr(prof, "llm_folder", "")
+    if llm:  # Spark-TTS's layout: LLM/ (what vLLM loads) beside BiCodec/
+        if not (folder / llm).is_dir() or not (folder / codec).is_dir():
+            raise DownloadError(f"{model!r} has no {llm}/ and {codec}/ folders: is it a "
+                                f"{prof.name} checkpoint (profile {prof.name!r})?")
+        logger.info("found the LLM and its codec", extra={"llm": str(folder / llm),
+                                                          "codec_model": str(folder / codec)})
+        return [folder, folder / llm, folder / codec]
     if (folder / codec).is_dir() or Path(codec).expanduser().is_dir():
         return folders  # inside the model's folder, or already local
     if "/" not in codec:
@@ -61,3 +70,22 @@ def download_model(model: str | None = None, *, profile: str | ModelProfile | No
                             f"{model!r}; set VEENA_CODEC_MODEL to its location")
     folders.append(_snapshot(codec, endpoint=endpoint, cache_dir=cache_dir))
     return folders
+
+
+def local_checkpoint(model: str, profile: ModelProfile) -> str:
+    """``model`` as a local folder where the profile keeps its LLM in a subfolder
+    (Spark-TTS's ``LLM/``): vLLM cannot load a subfolder of a hub repository, so such a hub
+    id is fetched into the cache first (``DownloadError`` if it cannot be). Anything else is
+    returned as it is."""
+    if getattr(profile, "llm_folder", "") and not Path(model).expanduser().is_dir():
+        return str(_snapshot(model, endpoint=None, cache_dir=None))
+    return model
+
+
+def llm_location(model: str, profile: ModelProfile) -> str:
+    """What the engine loads: the checkpoint's LLM folder where the profile has one and the
+    folder holds it (a released Spark-TTS checkpoint), else ``model`` itself."""
+    sub = getattr(profile, "llm_folder", "")
+    if sub and (Path(model) / sub).is_dir():
+        return str(Path(model) / sub)
+    return model

@@ -43,8 +43,10 @@ def _train_bpe(vocab_size: int):
     return tok
 
 
-def _build_tokenizer(named_ids: dict[int, str], vocab_size: int, special: list[str]):
-    """A byte-level BPE whose vocabulary is padded so that ``named_ids`` sit at their ids."""
+def _build_tokenizer(named_ids: dict[int, str], vocab_size: int, special: list[str],
+                     added: list[str] = ()):
+    """A byte-level BPE whose vocabulary is padded so that ``named_ids`` sit at their ids;
+    ``special`` become special tokens, ``added`` whole (never split) but not special."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     base = json.loads(_train_bpe(512).to_str())["model"]
@@ -58,6 +60,8 @@ def _build_tokenizer(named_ids: dict[int, str], vocab_size: int, special: list[s
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in special])
+    if added:
+        tok.add_tokens([AddedToken(s, special=False, normalized=False) for s in added])
     return tok
 
 
@@ -160,15 +164,66 @@ def _make_snac_model(profile: SnacProfile, out: Path, seed: int) -> None:
     _write_snac_codec(out / "snac", seed)
 
 
-_SPARK_CONTROL = ("<|task_tts|>", "<|start_speaker|>", "<|end_speaker|>", "<|start_content|>",
-                  "<|end_content|>", "<|start_global_token|>", "<|end_global_token|>",
-                  "<|start_semantic_token|>", "<|endoftext|>")
+# Spark-TTS's control tokens that our prompts and its output grammar use (its tokenizer has
+# more: ages, emotions, fine-grained pitch and speed values), plus Veena3's guessed speaker
+# markers. They are special tokens; the BiCodec tokens are added tokens that are not special,
+# as in Spark-TTS's tokenizer (its inference decodes with skip_special_tokens and still reads
+# them back).
+_SPARK_CONTROL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|task_tts|>",
+                  "<|task_controllable_tts|>", "<|start_content|>", "<|end_content|>",
+                  "<|start_style_label|>", "<|end_style_label|>", "<|gender_0|>", "<|gender_1|>",
+                  *(f"<|pitch_label_{i}|>" for i in range(5)),
+                  *(f"<|speed_label_{i}|>" for i in range(5)),
+                  "<|start_global_token|>", "<|end_global_token|>", "<|start_semantic_token|>",
+                  "<|end_semantic_token|>", "<|start_speaker|>", "<|end_speaker|>")
+
+# Spark-TTS-0.5B's root config.yaml: the reference-clip settings its tokenizer reads.
+_SPARK_ROOT_CONFIG = {"sample_rate": 16000, "latent_hop_length": 320, "ref_segment_duration": 6,
+                      "volume_normalize": True}
+
+
+def _bicodec_grammar(profile: BiCodecProfile, ids: dict[str, int]) -> list[tuple[int, int]]:
+    """(token, the token that should follow it) pairs of Spark-TTS's output grammar: a style
+    label or ``<|start_global_token|>`` -> one of 8 runs of 32 consecutive globals ->
+    ``<|end_global_token|>`` -> ``<|start_semantic_token|>`` -> one of 8 runs of 500
+    consecutive semantic tokens -> ``<|end_semantic_token|>`` -> ``<|im_end|>``."""
+    glob = lambda i: ids[profile.global_token_format.format(i)]  # noqa: E731
+    sem = lambda i: ids[profile.semantic_token_format.format(i)]  # noqa: E731
+    n, run = profile.num_global_tokens, 500
+    pairs = [(ids[t], glob(n * k)) for t in ("<|end_style_label|>", "<|start_global_token|>")
+             for k in range(8)]
+    pairs += [(glob(i), glob(i + 1) if i % n != n - 1 else ids["<|end_global_token|>"])
+              for i in range(8 * n)]
+    pairs.append((ids["<|end_global_token|>"], ids["<|start_semantic_token|>"]))
+    pairs += [(ids["<|start_semantic_token|>"], sem(run * k)) for k in range(8)]
+    pairs += [(sem(i), sem(i + 1) if i % run != run - 1 else ids["<|end_semantic_token|>"])
+              for i in range(8 * run)]
+    pairs.append((ids["<|end_semantic_token|>"], ids["<|im_end|>"]))
+    return pairs
+
+
+def _tilt_bicodec(pairs: list[tuple[int, int]]):
+    """Each token's output row points along the embedding of the token it follows, so a free
+    generation (Spark's own, unconstrained) walks the grammar: 32 globals, then semantic
+    tokens, then the stop token. The starting run is sampled, so seeds give other voices."""
+    import torch
+
+    def tilt(embed, head):
+        curs = sorted({c for c, _ in pairs})
+        embed[curs] *= 20.0  # the token itself outweighs what the random layers add
+        for cur, nxt in pairs:
+            head[nxt] = 0.0
+        for cur, nxt in pairs:
+            head[nxt] += 10.0 * embed[cur] / torch.linalg.vector_norm(embed[cur])
+
+    return tilt
 
 
 def _make_bicodec_model(profile: BiCodecProfile, out: Path, seed: int) -> None:
-    """A Spark-layout tokenizer (every BiCodec token a special token, as in Spark-TTS), a
-    random Llama (generation is constrained to globals, then semantic tokens, by the
-    pipeline itself) and a random-init BiCodec in the official folder layout."""
+    """A Spark-layout tokenizer (control tokens special, BiCodec tokens added but not special,
+    as in Spark-TTS), a random Llama tilted towards BiCodec tokens, and a random-init BiCodec
+    in the official folder layout. With ``profile.llm_folder`` (Spark-TTS) the whole
+    checkpoint is laid out as released: ``LLM/``, ``BiCodec/`` and the root ``config.yaml``."""
     import torch
     import yaml
     from safetensors.torch import save_file
@@ -176,17 +231,21 @@ def _make_bicodec_model(profile: BiCodecProfile, out: Path, seed: int) -> None:
     from .codecs.bicodec_model import DEFAULT_CONFIG, BiCodecDecoder
     from .codecs.bicodec_speaker import DEFAULT_SPEAKER_CONFIG, BiCodecSpeakerEncoder
 
-    names = [*_SPARK_CONTROL, *profile.stop_tokens]
-    names += [profile.global_token_format.format(i) for i in range(profile.global_codebook_size)]
-    names += [profile.semantic_token_format.format(i) for i in range(profile.semantic_codebook_size)]
-    names = list(dict.fromkeys(names))
+    control = list(dict.fromkeys([*_SPARK_CONTROL, *profile.stop_tokens]))
+    audio = [profile.global_token_format.format(i) for i in range(profile.global_codebook_size)]
+    audio += [profile.semantic_token_format.format(i) for i in range(profile.semantic_codebook_size)]
+    names = control + audio
     first = 1024
     named = {first + i: n for i, n in enumerate(names)}
     vocab_size = first + len(names) + (-(first + len(names)) % 64)
-    tok = _build_tokenizer(named, vocab_size, names)
-    _save_tokenizer(tok, out, bos="<|endoftext|>", eos="<|im_end|>")
-    _llama(vocab_size, out, first + names.index("<|endoftext|>"), first + names.index("<|im_end|>"),
-           lambda embed, head: None, seed)
+    llm_dir = out / profile.llm_folder if profile.llm_folder else out
+    llm_dir.mkdir(parents=True, exist_ok=True)
+    tok = _build_tokenizer(named, vocab_size, control, added=audio)
+    _save_tokenizer(tok, llm_dir, bos="<|endoftext|>", eos="<|im_end|>")
+    ids = {n: i for i, n in named.items()}
+    _llama(vocab_size, llm_dir, ids["<|endoftext|>"], ids["<|im_end|>"],
+           _tilt_bicodec(_bicodec_grammar(profile, ids)), seed)
+    (out / "config.yaml").write_text(yaml.safe_dump(_SPARK_ROOT_CONFIG))
     codec_dir = out / "BiCodec"
     codec_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)

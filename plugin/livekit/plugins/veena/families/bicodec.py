@@ -1,6 +1,11 @@
 """The BiCodec family (Spark-TTS, Veena3): 32 global speaker tokens, then 50 Hz semantic
-tokens. A first request captures exactly 32 globals in a request of its own (constrained to
-global tokens) and continues with them pre-filled, so the voice cannot drift afterwards."""
+tokens. A first request gets its 32 globals from the model, and every later request of the
+call is prompted with them pre-filled, so the voice cannot drift afterwards.
+
+A constrained profile (Veena3) captures the globals in a request of its own, restricted to
+global tokens, then continues with them. An unconstrained one (Spark-TTS) generates as its
+official inference does: one free generation that writes the globals (and whatever the model
+writes before them), then speaks; the parser keeps the BiCodec tokens."""
 
 from __future__ import annotations
 
@@ -82,13 +87,24 @@ class BiCodecFamily(ModelFamily):
         return self.profile.build_prompt(tokenizer, text, voice, speaker_globals)
 
     def constrain(self, sampling: SamplingOptions, table: TokenTable) -> SamplingOptions:
-        return replace(sampling, stop_token_ids=sampling.stop_token_ids or table.ids(KIND_STOP),
+        stops = sampling.stop_token_ids or table.ids(KIND_STOP)
+        if not self.profile.constrained:
+            return replace(sampling, stop_token_ids=stops)
+        return replace(sampling, stop_token_ids=stops,
                        allowed_token_ids=table.ids(KIND_SEMANTIC, KIND_STOP))
 
-    def capture_sampling(self, sampling: SamplingOptions, table: TokenTable) -> SamplingOptions:
+    def capture_sampling(self, sampling: SamplingOptions, table: TokenTable
+                         ) -> SamplingOptions | None:
+        if not self.profile.constrained:
+            return None  # the first request's own generation writes the globals
         n = self.profile.num_global_tokens
         return replace(sampling, max_tokens=n, min_tokens=n, stop_token_ids=(),
                        allowed_token_ids=table.ids(KIND_GLOBAL))
+
+    def round_budget(self, tokens: int) -> int:
+        """Capped at the model's own limit (Spark-TTS: 3000 new tokens)."""
+        cap = self.profile.max_new_tokens
+        return tokens if cap is None else min(tokens, cap)
 
     def check_globals(self, global_ids: Sequence[int]) -> tuple[int, ...]:
         try:
