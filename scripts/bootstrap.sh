@@ -17,11 +17,22 @@ WANT="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)-$EX
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   exit 0
 fi
-echo "bootstrap: installing into $VENV (extras: $EXTRAS); this takes a few minutes the first time" >&2
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
-"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+mkdir -p .cache
+LOG=.cache/bootstrap.log
+echo "bootstrap: installing into $VENV (extras: $EXTRAS); a few minutes the first time (details: $LOG)" >&2
+install() {  # one chain: errexit does not apply inside an `if` condition
+  { [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"; } \
+    && "$VENV/bin/python" -m pip install -q --upgrade pip \
+    && "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]" \
+    && { "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true; }
+}
+if [ -n "${VEENA_VERBOSE:-}" ]; then
+  install 2>&1 | tee "$LOG" >&2
+elif ! install >"$LOG" 2>&1; then
+  tail -n 30 "$LOG" >&2
+  echo "bootstrap: install failed (full log: $LOG)" >&2
+  exit 1
+fi
 "$VENV/bin/python" - <<'PYCHECK'
 import torch, vllm, snac, livekit.agents, transformers
 from transformers import LlamaConfig

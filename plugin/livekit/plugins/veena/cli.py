@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 import wave
 from pathlib import Path
 
@@ -16,14 +17,50 @@ logger = logging.getLogger("livekit.plugins.veena.cli")
 DEFAULT_TINY_DIR = Path(".cache/tiny-veena")
 
 
+_QUIET_ENV = {
+    "VLLM_LOGGING_LEVEL": "ERROR",  # vLLM's configuration dump and per-layer load notes
+    "TQDM_DISABLE": "1",  # weight-loading progress bars
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+    "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
+}
+"""Without ``-v``: the engine's own detail stays out of the terminal (engine processes read
+these from the environment; anything set by the user wins)."""
+
+
 def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if verbose:
+        return
+    for name, value in _QUIET_ENV.items():
+        os.environ.setdefault(name, value)
+    warnings.simplefilter("ignore", FutureWarning)
+    warnings.simplefilter("ignore", DeprecationWarning)
     for noisy in ("vllm", "transformers", "torch"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+class _Progress:
+    """Audio written so far: one self-updating line on a terminal; otherwise a log line at
+    1, 2, 4, 8 ... seconds of audio, so a long text still logs only a handful."""
+
+    def __init__(self, request_id: str) -> None:
+        self._tty = sys.stderr.isatty()
+        self._next = 1.0
+        self._request_id = request_id
+
+    def update(self, seconds: float, final: bool) -> None:
+        if self._tty:
+            sys.stderr.write(f"\rspeaking: {seconds:6.2f} s of audio" + ("\n" if final else ""))
+            sys.stderr.flush()
+        elif seconds >= self._next or final:
+            while self._next <= seconds:
+                self._next *= 2
+            logger.info("progress: %.2f s of audio", seconds,
+                        extra={"request_id": self._request_id})
 
 
 def _resolve_model(model: str | None) -> str:
@@ -69,17 +106,14 @@ async def _say(args: argparse.Namespace) -> int:
                                   speaker_globals=speaker_globals)
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
-        last_report = 0.0
+        progress = _Progress(syn.request_id)
         with wave.open(str(out), "wb") as wav:
             wav.setnchannels(1)
             wav.setsampwidth(2)
             wav.setframerate(pipeline.sample_rate)
             async for chunk in syn:
                 wav.writeframes(to_int16(chunk.pcm).tobytes())
-                if syn.timings.audio_seconds - last_report >= 0.5 or chunk.final:
-                    last_report = syn.timings.audio_seconds
-                    logger.info("progress: %.2f s of audio", syn.timings.audio_seconds,
-                                extra={"request_id": syn.request_id})
+                progress.update(syn.timings.audio_seconds, chunk.final)
         t = syn.timings
         sys.stdout.write(
             f"first_audio_ms={t.first_audio_ms:.0f} audio_s={t.audio_seconds:.2f} "
