@@ -24,8 +24,11 @@ install() {  # one chain: errexit does not apply inside an `if` condition
   { [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"; } \
     && "$VENV/bin/python" -m pip install -q --upgrade pip \
     && "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]" \
-    && { "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true; }
+    && { "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true; } \
+    && "$VENV/bin/python" -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "veena-src.pth").write_text(str(pathlib.Path("plugin").resolve()) + "\n")'
 }
+# veena-src.pth puts plugin/ on sys.path beside the editable install's import hook, so tools
+# that list the livekit.plugins namespace (`python -m livekit.agents download-files`) see us
 if [ -n "${VEENA_VERBOSE:-}" ]; then
   install 2>&1 | tee "$LOG" >&2
 elif ! install >"$LOG" 2>&1; then

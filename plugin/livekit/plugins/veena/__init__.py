@@ -26,7 +26,7 @@ class VeenaPlugin(Plugin):
         super().__init__(__name__, __version__, __package__, logger)
 
     def download_files(self) -> None:
-        """``python agent.py download-files``: fetch ``VEENA_MODEL`` and its codec into the
+        """``python -m livekit.agents download-files``: fetch ``VEENA_MODEL`` and its codec into the
         Hugging Face cache. An agent that speaks through a server (``VEENA_TTS_URL``) and
         names no model has nothing to fetch."""
         import os

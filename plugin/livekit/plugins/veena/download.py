@@ -1,4 +1,4 @@
-"""Fetch a model and its codec ahead of time (``python agent.py download-files``,
+"""Fetch a model and its codec ahead of time (``python -m livekit.agents download-files``,
 ``veena-tts download``), so the first job of a fresh container does not download a 3B model
 while a caller waits.
 
