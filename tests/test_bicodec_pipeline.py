@@ -95,3 +95,52 @@ async def test_livekit_stream_on_the_spark_model(spark_pipeline):
     n = round((samples + 240) / (40 * 320))
     assert n >= 2 and samples == n * 40 * 320 - (n - 1) * 240
     assert metrics and metrics[0].ttfb > 0
+
+
+# -- the spark profile on a tiny model in Spark-TTS-0.5B's folder layout ---------------------
+@pytest.fixture(scope="module")
+async def official_spark(tmp_path_factory):
+    """A third engine, for this module only: ``LLM/`` beside ``BiCodec/``, free generation."""
+    from livekit.plugins.veena.download import llm_location
+    from livekit.plugins.veena.engine import EngineOptions
+    from livekit.plugins.veena.tiny_model import make_tiny_model
+
+    root = str(make_tiny_model(tmp_path_factory.mktemp("tiny-spark"), "spark", seed=0))
+    p = veena.Pipeline.from_model(
+        root, engine_options=EngineOptions(model=llm_location(root, veena.SPARK),
+                                           gpu_memory_utilization=0.3, enforce_eager=True,
+                                           max_model_len=2048, max_num_seqs=4),
+        options=veena.PipelineOptions())
+    await p.start()
+    try:
+        yield p
+    finally:
+        await p.aclose()
+
+
+async def test_spark_named_voice_writes_its_globals_then_later_requests_reuse_them(official_spark):
+    p = official_spark
+    assert p.profile is veena.SPARK and p.codec_model.endswith("BiCodec")
+    first = p.synthesize("Hello there.", voice="male-high-low", sampling=_sampling(p, 120), seed=3)
+    pcm = await first.collect()
+    track = first.tracks[0]
+    assert len(first.vllm_request_ids) == 1, "one free generation, as Spark-TTS's inference"
+    assert len(first.speaker_globals) == 32 and track.framer.stats.invalid_frames == 0
+    assert len(track.steps) > 40 and len(pcm) == len(track.steps) * 320
+    cont = p.synthesize("And again.", voice="male-high-low", sampling=_sampling(p, 60), seed=3,
+                        speaker_globals=first.speaker_globals)
+    pcm2 = await cont.collect()
+    assert len(cont.vllm_request_ids) == 1 and cont.speaker_globals == first.speaker_globals
+    assert len(pcm2) == len(cont.tracks[0].steps) * 320 > 0
+
+
+async def test_spark_cloned_voice_speaks_with_its_globals_only(official_spark):
+    from livekit.plugins.veena.profiles import CLONED_VOICE
+
+    p = official_spark
+    ids = tuple(range(100, 132))
+    syn = p.synthesize("A cloned voice.", voice=CLONED_VOICE, speaker_globals=ids,
+                       sampling=_sampling(p, 60), seed=4)
+    pcm = await syn.collect()
+    assert len(syn.vllm_request_ids) == 1 and syn.speaker_globals == ids
+    assert syn.tracks[0].framer.globals_ == list(ids) and len(pcm) > 0
