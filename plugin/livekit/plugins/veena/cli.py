@@ -171,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     say = sub.add_parser("say", help="speak TEXT into a WAV file through the streaming pipeline")
     say.add_argument("text")
     say.add_argument("-o", "--output", default="out.wav")
-    say.add_argument("--voice", default=None, help="a profile voice, or a saved voice file (.json)")
+    say.add_argument("--voice", default=None, help="a profile voice (spark: GENDER-PITCH-SPEED, "
+                     "e.g. female-moderate-high), or a saved voice file (.json)")
     say.add_argument("--model", default=None, help="model path or hub id (default: VEENA_MODEL)")
-    say.add_argument("--profile", default=None, help="veena, orpheus or veena3")
+    say.add_argument("--profile", default=None, help="veena, orpheus, veena3 or spark")
     say.add_argument("--seed", type=int, default=None)
     say.add_argument("--max-tokens", type=int, default=None)
 
