@@ -10,14 +10,15 @@ from .log import logger
 from .pipeline import Pipeline, PipelineOptions
 from .profiles import (ORPHEUS, SPARK, VEENA, VEENA3, BiCodecProfile, SnacProfile, get_profile,
                        register_profile)
+from .sentences import SentenceTokenizer
 from .tts import TTS, ChunkedStream, SynthesizeStream
 from .version import __version__
 
 __all__ = [
-    "TTS", "ChunkedStream", "SynthesizeStream", "Pipeline", "PipelineOptions", "EngineOptions",
-    "SamplingOptions", "ChunkerOptions", "SnacProfile", "BiCodecProfile", "VEENA", "ORPHEUS",
-    "VEENA3", "SPARK", "get_profile", "register_profile", "ModelFamily", "register_family",
-    "EngineDeadError", "__version__",
+    "TTS", "ChunkedStream", "SynthesizeStream", "SentenceTokenizer", "Pipeline",
+    "PipelineOptions", "EngineOptions", "SamplingOptions", "ChunkerOptions", "SnacProfile",
+    "BiCodecProfile", "VEENA", "ORPHEUS", "VEENA3", "SPARK", "get_profile", "register_profile",
+    "ModelFamily", "register_family", "EngineDeadError", "__version__",
 ]
 
 

@@ -16,19 +16,21 @@ from livekit.agents import (
     APIConnectOptions,
     APIError,
     APITimeoutError,
+    tokenize,
     tts,
     utils,
 )
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr, TimedString
 from livekit.agents.utils import is_given
 
-from .chunking import ChunkerOptions, TextChunker, chunk_text
+from .chunking import ChunkerOptions
 from .engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
 from .log import logger
 from .families import family_for
 from .pipeline import Pipeline
 from .profiles import ModelProfile, check_cloned_voice, get_profile
 from .remote import FLUSH, RemoteClient
+from .sentences import SentenceTokenizer, sentences
 from .settings import env_float, env_int
 from .stitching import to_int16
 from .transcripts import word_timings
@@ -60,13 +62,21 @@ class _TTSOptions:
     max_tokens_per_chunk: int | None
     seed: int | None
     """None: each turn draws its own seed and keeps it for all its chunks."""
-    chunker: ChunkerOptions
+    tokenizer: tokenize.SentenceTokenizer
+    text_pacing: tts.SentenceStreamPacer | None
+    """Hold pieces back while enough audio is buffered (less generation wasted on an
+    interruption)."""
     chunk_crossfade_ms: float
     max_chunks_in_flight: int
     startup_timeout: float
     voice_scope: str
     """``call``: every stream of the TTS speaks with the speaker globals its first stream
     captured; ``turn``: each stream captures its own."""
+
+    @property
+    def server_chunks(self) -> bool:
+        """A server chunks raw text exactly as our default tokenizer would: send it as is."""
+        return type(self.tokenizer) is SentenceTokenizer and self.text_pacing is None
 
     def sampling(self, base: SamplingOptions) -> SamplingOptions:
         return replace(base, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
@@ -118,6 +128,8 @@ class TTS(tts.TTS):
         max_tokens_per_chunk: NotGivenOr[int | None] = NOT_GIVEN,
         seed: NotGivenOr[int | None] = NOT_GIVEN,
         chunker: ChunkerOptions | None = None,
+        tokenizer: NotGivenOr[tokenize.SentenceTokenizer] = NOT_GIVEN,
+        text_pacing: tts.SentenceStreamPacer | bool = False,
         chunk_crossfade_ms: NotGivenOr[float] = NOT_GIVEN,
         max_chunks_in_flight: NotGivenOr[int] = NOT_GIVEN,
         startup_timeout: NotGivenOr[float] = NOT_GIVEN,
@@ -140,7 +152,13 @@ class TTS(tts.TTS):
         (or ``update_options(voice=...)``) starts over. ``turn``: each stream captures its
         own. SNAC models have no speaker tokens: their voice is the speaker prompt (the
         ``voice`` name) in both scopes, and a fixed ``seed`` is the only other thing that
-        can be kept; timbre can still vary between replies."""
+        can be kept; timbre can still vary between replies.
+
+        ``tokenizer`` (any ``tokenize.SentenceTokenizer``; default ``veena.SentenceTokenizer``
+        with ``chunker``'s options: a short first piece, then sentences, Latin and Indic
+        punctuation) cuts the text into the pieces each engine request speaks.
+        ``text_pacing`` (a ``tts.SentenceStreamPacer``, or True for its defaults) holds
+        pieces back while enough audio is buffered, as the first-party plugins do."""
         import os
 
         base_url = base_url or (None if model or pipeline else os.environ.get("VEENA_TTS_URL"))
@@ -183,7 +201,9 @@ class TTS(tts.TTS):
                                 else base.repetition_penalty),
             max_tokens_per_chunk=max_tokens_per_chunk if is_given(max_tokens_per_chunk) else None,
             seed=seed if is_given(seed) else None,
-            chunker=(chunker or ChunkerOptions.from_env()).validate(),
+            tokenizer=tokenizer if is_given(tokenizer) else SentenceTokenizer(chunker),
+            text_pacing=(tts.SentenceStreamPacer() if text_pacing is True
+                         else text_pacing or None),
             chunk_crossfade_ms=(chunk_crossfade_ms if is_given(chunk_crossfade_ms)
                                 else env_float("VEENA_CHUNK_CROSSFADE_MS", 15.0)),
             max_chunks_in_flight=(max_chunks_in_flight if is_given(max_chunks_in_flight)
@@ -206,6 +226,13 @@ class TTS(tts.TTS):
         check_int("max_chunks_in_flight", opts.max_chunks_in_flight, 1, 64)
         check_float("chunk_crossfade_ms", opts.chunk_crossfade_ms, 0.0, 1000.0)
         check_float("startup_timeout", opts.startup_timeout, 0.0, lo_open=True)
+        if not isinstance(opts.tokenizer, tokenize.SentenceTokenizer):
+            raise ValueError("tokenizer must be a livekit.agents.tokenize.SentenceTokenizer, "
+                             f"got {type(opts.tokenizer).__name__}")
+        if opts.text_pacing is not None and not isinstance(opts.text_pacing,
+                                                           tts.SentenceStreamPacer):
+            raise ValueError("text_pacing must be a tts.SentenceStreamPacer or a bool, got "
+                             f"{type(opts.text_pacing).__name__}")
         if opts.voice_scope not in ("call", "turn"):
             raise ValueError(f"voice_scope must be 'call' or 'turn', got {opts.voice_scope!r}")
 
@@ -396,7 +423,12 @@ class ChunkedStream(_VoiceOfStream, tts.ChunkedStream):
         )
         if self._tts.remote is not None:
             async def whole():
-                yield self._input_text
+                if self._opts.server_chunks:
+                    yield self._input_text  # the server's chunker is the same as ours
+                    return
+                for piece in self._opts.tokenizer.tokenize(self._input_text):
+                    yield piece
+                    yield FLUSH
 
             await self._tts._speak_remote(self._opts, whole(), output_emitter,
                                           self._conn_options.timeout, self)
@@ -405,8 +437,9 @@ class ChunkedStream(_VoiceOfStream, tts.ChunkedStream):
         push = lambda pcm: output_emitter.push(to_int16(pcm).tobytes())  # noqa: E731
 
         async def texts():
-            for chunk in chunk_text(self._input_text, self._opts.chunker):
-                yield chunk
+            for chunk in self._opts.tokenizer.tokenize(self._input_text):
+                if chunk.strip():
+                    yield chunk
 
         turn = self._tts._new_turn(self._opts, self._conn_options.timeout, self, output_emitter)
         try:
@@ -434,35 +467,38 @@ class SynthesizeStream(_VoiceOfStream, tts.SynthesizeStream):
             num_channels=1, mime_type="audio/pcm", stream=True,
         )
         output_emitter.start_segment(segment_id=utils.shortuuid())
+        async def deltas():
+            async for data in self._input_ch:
+                yield None if isinstance(data, self._FlushSentinel) else data
+
+        # every piece of the stream goes into this one segment: a flush only forces out
+        # what the tokenizer holds, it never opens a second segment
+        texts = sentences(deltas(), self._opts.tokenizer, self._opts.text_pacing, output_emitter)
         if self._tts.remote is not None:
-            async def deltas():
-                async for data in self._input_ch:
-                    yield FLUSH if isinstance(data, self._FlushSentinel) else data
+            async def remote_texts():
+                if self._opts.server_chunks:  # the server chunks the raw deltas itself
+                    async for delta in deltas():
+                        yield FLUSH if delta is None else delta
+                    return
+                async for piece in texts:
+                    yield piece
+                    yield FLUSH
 
             try:
-                await self._tts._speak_remote(self._opts, deltas(), output_emitter,
-                                              self._conn_options.timeout, self, self._mark_started)
+                async with contextlib.aclosing(texts):
+                    await self._tts._speak_remote(self._opts, remote_texts(), output_emitter,
+                                                  self._conn_options.timeout, self,
+                                                  self._mark_started)
             finally:
                 self._tts._streams.discard(self)
             output_emitter.end_segment()
             return
         push = lambda pcm: output_emitter.push(to_int16(pcm).tobytes())  # noqa: E731
-        chunker = TextChunker(self._opts.chunker)
-
-        async def texts():
-            # every chunk of the stream goes into this one segment: a flush only forces
-            # out what the chunker holds, it never opens a second segment
-            async for data in self._input_ch:
-                pieces = chunker.flush() if isinstance(data, self._FlushSentinel) else chunker.push(data)
-                for piece in pieces:
-                    yield piece
-            for piece in chunker.flush():
-                yield piece
-
         turn = self._tts._new_turn(self._opts, self._conn_options.timeout, self, output_emitter)
         turn.on_request_started = self._mark_started
         try:
-            await turn.speak(texts(), push)
+            async with contextlib.aclosing(texts):
+                await turn.speak(texts, push)
         except asyncio.CancelledError:
             raise
         except Exception as e:
