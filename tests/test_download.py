@@ -109,8 +109,10 @@ def test_model_and_codec_land_in_the_cache(hub, tmp_path, monkeypatch):
     monkeypatch.setattr(hf, "HF_HUB_OFFLINE", True)
     again = download_model("test/tiny-veena", profile="veena", endpoint=hub.url, cache_dir=cache)
     assert again == [model_dir, codec_dir] and len(hub.requests) == asked
-    with pytest.raises(DownloadError, match="HF_HUB_OFFLINE"):
+    with pytest.raises(DownloadError, match="'test/absent' is not in the Hugging Face cache "
+                                            "and HF_HUB_OFFLINE is set"):
         download_model("test/absent", profile="veena", endpoint=hub.url, cache_dir=cache)
+    assert len(hub.requests) == asked
 
 
 def test_a_missing_repository_is_one_clear_error(hub, tmp_path):

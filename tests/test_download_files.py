@@ -15,7 +15,7 @@ def test_download_files_finds_the_plugin_and_fails_cleanly(tmp_path):
     out = done.stdout + done.stderr
     assert "livekit.plugins.veena" in out, out[-2000:]
     assert done.returncode != 0
-    assert "cannot download 'nobody/missing-model'" in out
+    assert "'nobody/missing-model' is not in the Hugging Face cache" in out
     assert "Traceback" not in out, out[-2000:]
 
 

@@ -29,6 +29,13 @@ def _snapshot(repo_id: str, *, endpoint: str | None, cache_dir: str | None) -> P
     try:
         path = snapshot_download(repo_id, endpoint=endpoint, cache_dir=cache_dir)
     except Exception as e:  # the hub's errors are many types: one clear message here
+        from huggingface_hub import constants
+
+        if constants.HF_HUB_OFFLINE:
+            raise DownloadError(
+                f"{repo_id!r} is not in the Hugging Face cache and HF_HUB_OFFLINE is set: "
+                "download it once online (veena-tts download) or point HF_HOME at a cache "
+                "that holds it") from None
         where = endpoint or os.environ.get("HF_ENDPOINT") or "the Hugging Face hub"
         raise DownloadError(
             f"cannot download {repo_id!r} from {where}: {type(e).__name__}: {e}. Check the "
