@@ -19,7 +19,8 @@ POLLS = 6000
 
 async def poll_until(check, what: str, every_s: float = 0.05, polls: int = POLLS):
     """Poll ``check`` (sync or async) until it returns a true value, which is returned;
-    fails after ``polls`` polls (a hang guard), saying ``what`` it waited for."""
+    fails after ``polls`` polls (a hang guard), saying ``what`` it waited for (a string, or
+    a callable that describes the state then)."""
     for _ in range(polls):
         value = check()
         if asyncio.iscoroutine(value):
@@ -27,7 +28,7 @@ async def poll_until(check, what: str, every_s: float = 0.05, polls: int = POLLS
         if value:
             return value
         await asyncio.sleep(every_s)
-    raise AssertionError(f"never happened: {what}")
+    raise AssertionError(f"never happened: {what() if callable(what) else what}")
 
 
 async def metric(session, url: str, name: str) -> float:

@@ -130,6 +130,15 @@ class FakeServer:
                 and not [t for t in asyncio.all_tasks()
                          if t.get_name().startswith("veena-ctx-") and not t.done()])
 
+    def leftovers(self) -> dict:
+        """What is still held (for a failing test's message)."""
+        s = self.state
+        return {"contexts": [(c.cid, c.status, c.task.done()) for c in s.contexts],
+                "active": s.admission.active, "queued": s.admission.queued,
+                "connections": s.connections, "engine": sorted(self.engine.live),
+                "tasks": [t.get_name() for t in asyncio.all_tasks()
+                          if t.get_name().startswith("veena-ctx-") and not t.done()]}
+
     def settled(self) -> bool:
         """``idle``, and no connection open either."""
         return self.idle() and self.state.connections == 0

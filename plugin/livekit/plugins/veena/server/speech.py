@@ -123,10 +123,9 @@ async def speech(request: web.Request) -> web.StreamResponse:
                 logger.info("speech client gone: aborting its work")
                 break
     finally:
-        if not work.done():
+        while not work.done():  # again if a racing wait_for (3.11) swallowed a cancellation
             work.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await work
+            await asyncio.wait({work}, timeout=CLIENT_CHECK_S)
     error = None if work.cancelled() else work.exception()
     if work.cancelled() or isinstance(error, (ConnectionError, asyncio.TimeoutError)):
         # the client left or stopped reading (counted as aborted): nobody hears an answer

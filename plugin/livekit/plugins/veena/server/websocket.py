@@ -176,6 +176,7 @@ class Context:
         self._conn.forget(self)  # frees its context slot at once
         self._slot.give_back()  # and its stream slot
         self.task.cancel()
+        self._wake.set()  # a text source waiting for text looks again (see _chunks)
 
     # -- the turn's side ---------------------------------------------------------------
 
@@ -193,12 +194,20 @@ class Context:
     async def _chunks(self):
         """The turn's text: a slot is taken when a piece is ready and given back (by
         ``_chunk_generated``) when nothing is left to generate. It never raises: the turn
-        would wait forever for a chunk that a failed text source never sends."""
+        would wait forever for a chunk that a failed text source never sends.
+
+        An ending context's text ends here too, and its task is cancelled once more: on
+        Python 3.11 ``asyncio.wait_for`` swallows a cancellation that arrives just as the
+        awaited future completes (the turn waits that way), and such a turn would otherwise
+        wait for the next text of a context that will never get any."""
         try:
             while True:
-                while not self._pieces:
+                while not self._pieces and self.status != "ending":
                     if not await self._wait_for_text():
                         return
+                if self.status == "ending":
+                    self.task.cancel()
+                    return
                 piece = self._pieces.popleft()
                 if piece is None:
                     return
@@ -207,6 +216,8 @@ class Context:
                 except Overloaded as e:
                     self.fail("overloaded", str(e))
                     return
+                if self.status == "ending":
+                    continue
                 self._in_flight += 1
                 yield piece
         except (asyncio.CancelledError, GeneratorExit):
@@ -369,8 +380,11 @@ class _Connection:
         live = [ctx for ctx in self.state.contexts if ctx._conn is self]
         for ctx in live:
             ctx.cancel()
-        if live:
-            await asyncio.wait([ctx.task for ctx in live])
+        pending = {ctx.task for ctx in live}
+        while pending:  # a cancellation swallowed by a racing wait_for (3.11) gets another
+            _, pending = await asyncio.wait(pending, timeout=1.0)
+            for task in pending:
+                task.cancel()
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
