@@ -155,6 +155,12 @@ def write_snac_tokenizer(profile: SnacProfile, out: Path) -> None:
     special = sorted({named[i] for i in (*profile.prefix_ids, *profile.suffix_ids,
                                          *profile.stop_token_ids, 128000, 128001, 128009)})
     tok = _build_tokenizer(named, vocab_size, special)
+    # as Llama-3's tokenizer.json does: encode(..., add_special_tokens=True) prepends BOS
+    from tokenizers import processors
+
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+        special_tokens=[("<|begin_of_text|>", 128000)])
     _save_tokenizer(tok, out, bos="<|begin_of_text|>", eos="<|end_of_text|>")
 
 
