@@ -30,8 +30,9 @@ class FakeEngine:
     """Yields one 7-token SNAC frame per event-loop turn, ``max_tokens // 7`` frames, or
     until ``hold_after`` frames, then waits for ``gate`` (set by the test)."""
 
-    def __init__(self, max_num_seqs: int = 16, hold_after: int | None = None) -> None:
-        self.options = EngineOptions(model="fake", max_model_len=1 << 20,
+    def __init__(self, max_num_seqs: int = 16, hold_after: int | None = None,
+                 model: str = "fake") -> None:
+        self.options = EngineOptions(model=model, max_model_len=1 << 20,
                                      max_num_seqs=max_num_seqs)
         self.tokenizer = _Tokenizer()
         self.last_output = time.monotonic()

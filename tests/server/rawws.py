@@ -67,3 +67,35 @@ class RawWebSocket:
             await self._writer.wait_closed()
         except (ConnectionError, OSError):
             pass
+
+
+async def raw_http(port: int, head: bytes, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+    """Send ``head`` (request line and headers, without the blank line; ``Connection:
+    close`` is added) and ``body`` as they are; the answer's status, headers and body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(head.rstrip(b"\r\n") + b"\r\nConnection: close\r\n\r\n" + body)
+        await writer.drain()
+        data = await reader.read()
+    finally:
+        writer.close()
+    status_line, _, rest = data.partition(b"\r\n")
+    raw_headers, _, payload = rest.partition(b"\r\n\r\n")
+    headers = {}
+    for line in raw_headers.split(b"\r\n"):
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding") == "chunked":
+        payload = _unchunk(payload)
+    return int(status_line.split()[1]), headers, payload
+
+
+def _unchunk(data: bytes) -> bytes:
+    out = b""
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out, data = out + data[:size], data[size + 2:]
+    return out
