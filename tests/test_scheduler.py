@@ -81,26 +81,50 @@ async def test_cancelling_the_awaiting_task_drops_its_window():
     await s.aclose()
 
 
-async def test_torch_decode_never_blocks_the_event_loop(snac_codec):
-    """A one-second SNAC decode runs on the worker thread; the loop keeps ticking."""
-    s = DecodeScheduler(snac_codec, SchedulerOptions(max_batch=1, max_wait_ms=0))
-    gaps, done = [], asyncio.Event()
+class _BlockingCodec(GatedCodec):
+    """Says when a decode has started, and on which thread, then blocks until released."""
+
+    def __init__(self):
+        super().__init__()
+        self.entered = threading.Event()
+        self.thread: int | None = None
+
+    def decode(self, batch):
+        self.thread = threading.get_ident()
+        self.entered.set()
+        self.gate.wait(HANG_GUARD_S)
+        return super().decode(batch)
+
+
+HANG_GUARD_S = 120  # only against a hang: a test that fails leaves no thread blocked forever
+
+
+async def test_torch_decode_never_blocks_the_event_loop():
+    """The codec's decode runs on the scheduler's worker thread: while a decode is provably
+    inside the codec (blocked on a threading.Event), the event loop keeps running tasks.
+    No clock: a decode on the loop's own thread would stop every tick below (and this test
+    would fail at its thread check)."""
+    codec = _BlockingCodec()
+    s = DecodeScheduler(codec, SchedulerOptions(max_batch=1, max_wait_ms=0))
+    decoding = asyncio.ensure_future(s.submit("big", _win(1, 0)))
+    for _ in range(int(HANG_GUARD_S / 0.01)):
+        if codec.entered.is_set():
+            break
+        await asyncio.sleep(0.01)
+    assert codec.entered.is_set() and codec.thread != threading.get_ident()
+    ticks = 0
 
     async def ticker():
-        last = asyncio.get_running_loop().time()
-        while not done.is_set():
-            await asyncio.sleep(0.01)
-            now = asyncio.get_running_loop().time()
-            gaps.append(now - last)
-            last = now
+        nonlocal ticks
+        for _ in range(200):
+            await asyncio.sleep(0)
+            ticks += 1
 
-    tick = asyncio.create_task(ticker())
-    codes = np.random.default_rng(0).integers(0, 4096, (30, 7))
-    audio = await s.submit("big", CodecInput(codes, 0, 1))
-    done.set()
-    await tick
-    assert len(audio) == 30 * 2048
-    assert len(gaps) > 10 and max(gaps) < 0.1, max(gaps)
+    await ticker()  # 200 loop turns while the decode is held inside the codec
+    assert ticks == 200 and not decoding.done() and not codec.gate.is_set()
+    codec.gate.set()
+    audio = await decoding
+    assert len(audio) == 4 * 10
     await s.aclose()
 
 

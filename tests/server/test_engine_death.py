@@ -1,12 +1,11 @@
 """One server's life: a request that arrives while its engine starts waits for it; then the
 engine core process is killed under a running stream: the stream ends with a non-retryable
-``engine_dead`` within 2 s, health says so, new work is refused, and the server exits
+``engine_dead`` from the engine watcher (not a timeout), health says so, new work is refused, and the server exits
 non-zero so its supervisor replaces it. Nothing hangs."""
 
 import asyncio
 import json
 import signal
-import time
 
 import aiohttp
 import psutil
@@ -17,7 +16,7 @@ from livekit.plugins import veena
 from livekit.plugins.veena.server.app import ENGINE_DEAD_EXIT_CODE
 from livekit.plugins.veena.protocol import decode_audio
 
-from .conftest import spawn_server
+from .conftest import poll_until, spawn_server
 
 pytestmark = pytest.mark.engine
 HANG_GUARD_S = 120  # only against a hang
@@ -35,14 +34,17 @@ def _engine_cores(pid: int) -> list[psutil.Process]:
 
 
 async def _wait_exit(proc) -> int:
-    while proc.poll() is None:  # the server's own grace period, then it exits
-        await asyncio.sleep(0.2)
+    await poll_until(lambda: proc.poll() is not None, "the server exits", every_s=0.2)
     return proc.returncode
+
+
+MAX_MESSAGES = 100_000  # messages read while waiting for one event: a hang guard only
 
 
 async def test_warm_up_then_engine_core_killed_mid_stream(tiny_model_dir):
     async with spawn_server(tiny_model_dir, wait_for="/health",
-                            VEENA_ENGINE_DEAD_EXIT_S="20") as (proc, url):
+                            VEENA_ENGINE_DEAD_EXIT_S="20",
+                            VEENA_TURN_TIMEOUT_S="600") as (proc, url):
         ws_url = url.replace("http://", "ws://") + "/v1/stream"
         # up, engine still starting (tens of seconds here): with the default conn_options
         # (10 s) the request waits for the engine, since the server keeps it informed
@@ -58,11 +60,11 @@ async def test_warm_up_then_engine_core_killed_mid_stream(tiny_model_dir):
             await ws.send_json({"type": "speak", "context_id": "a", "continue": False,
                                 "text": "A long reply that the engine will not finish. " * 3,
                                 "sampling": {"max_tokens": 1400}})
-            while (await ws.receive(timeout=HANG_GUARD_S)).type != aiohttp.WSMsgType.BINARY:
-                pass
+            for _ in range(MAX_MESSAGES):
+                if (await ws.receive(timeout=HANG_GUARD_S)).type == aiohttp.WSMsgType.BINARY:
+                    break
             cores[0].send_signal(signal.SIGKILL)
-            killed = time.perf_counter()
-            while True:
+            for _ in range(MAX_MESSAGES):
                 msg = await ws.receive(timeout=HANG_GUARD_S)
                 if msg.type == aiohttp.WSMsgType.BINARY:
                     assert decode_audio(msg.data)[0] == "a"
@@ -70,9 +72,11 @@ async def test_warm_up_then_engine_core_killed_mid_stream(tiny_model_dir):
                 event = json.loads(msg.data)
                 if event["type"] in ("done", "cancelled", "error"):
                     break
-            assert time.perf_counter() - killed < 2.0
+            # the engine watcher ended it (engine_dead, not the 600 s turn timeout below),
+            # and within the server's grace period: the process still answers
             assert event["type"] == "error" and event["code"] == "engine_dead", event
             assert event["retryable"] is False
+            assert proc.poll() is None
             for path in ("/ready", "/health"):
                 async with s.get(url + path) as r:
                     body = await r.json()
@@ -80,8 +84,10 @@ async def test_warm_up_then_engine_core_killed_mid_stream(tiny_model_dir):
             # a new context on the open socket, and a new connection: both refused
             await ws.send_json({"type": "speak", "context_id": "b", "text": "Hello.",
                                 "continue": False})
-            while (event := json.loads((await ws.receive(timeout=HANG_GUARD_S)).data))["type"] != "error":
-                pass
+            for _ in range(MAX_MESSAGES):
+                event = json.loads((await ws.receive(timeout=HANG_GUARD_S)).data)
+                if event["type"] == "error":
+                    break
             assert event["code"] == "engine_dead"
             await ws.close()
             with pytest.raises(aiohttp.WSServerHandshakeError) as info:

@@ -76,7 +76,7 @@ async def _speak_outcome(ws, msg) -> str:
     if msg.get("continue") is True and isinstance(cid, str):
         await ws.send_json({"type": "speak", "context_id": cid, "text": "", "continue": False})
     outcome = None
-    while True:
+    for _ in range(100_000):  # a hang guard only
         m = await ws.receive(timeout=HANG_GUARD_S)
         if m.type == aiohttp.WSMsgType.BINARY:
             got_cid, _ = decode_audio(m.data)
@@ -309,18 +309,20 @@ async def test_oversized_websocket_messages(fake):
     big = json.dumps({"type": "speak", "context_id": "big", "text": "x" * opts.max_message_bytes})
     await ws.send_together([big, {"type": "speak", "context_id": "ok", "text": "Still here.",
                                   "continue": False, "sampling": {"max_tokens": 14}}])
-    events = []
-    while not any(e.get("type") == "done" for e in events):
+    events: list[dict] = []
+    for _ in range(10_000):  # a hang guard only
         op, data = await asyncio.wait_for(ws.receive(), HANG_GUARD_S)
         if op == 0x1:
             events.append(json.loads(data))
+        if any(e.get("type") == "done" for e in events):
+            break
     assert events[0]["code"] == "message_too_large" and events[0]["context_id"] is None
     assert [e["context_id"] for e in events if e["type"] == "done"] == ["ok"]
     # only the head of a frame past the limit (its length field) and a little payload:
     # the server refuses by the length alone
     ws._writer.write(frame(b"x" * (opts.max_frame_bytes + 1))[:14 + 1024])
     await ws._writer.drain()
-    while True:
+    for _ in range(10_000):
         op, data = await asyncio.wait_for(ws.receive(), HANG_GUARD_S)
         if op == 0x8:
             assert int.from_bytes(data[:2], "big") == 1009

@@ -3,16 +3,16 @@
 import asyncio
 import os
 import signal
-import time
 
 import pytest
-from livekit.agents import APIConnectionError, APIConnectOptions
+from livekit.agents import APIConnectionError, APIConnectOptions, APITimeoutError
 
 from livekit.plugins import veena
 
 from .conftest import spawn_server
 
 pytestmark = pytest.mark.engine
+HANG_GUARD_S = 120  # only against a hang; the stream's own timeout is far shorter
 
 
 @pytest.fixture
@@ -31,11 +31,11 @@ async def test_server_killed_mid_stream(server_process):
     it = stream.__aiter__()
     await asyncio.wait_for(it.__anext__(), 120)
     os.killpg(proc.pid, signal.SIGKILL)
-    t0 = time.perf_counter()
-    with pytest.raises(APIConnectionError):
-        while True:
-            await asyncio.wait_for(it.__anext__(), 5)
-    assert time.perf_counter() - t0 < 3
+    with pytest.raises(APIConnectionError) as info:
+        for _ in range(100_000):  # the audio still in flight, then the failure (a hang guard)
+            await asyncio.wait_for(it.__anext__(), HANG_GUARD_S)
+    # it noticed the closed socket: not its own read timeout (APITimeoutError, a subclass)
+    assert not isinstance(info.value, APITimeoutError), info.value
     await stream.aclose()
     await tts_.aclose()
     await asyncio.sleep(0.05)

@@ -15,7 +15,7 @@ import pytest
 from livekit.plugins.veena.server.app import ServerOptions
 
 from ..helpers import engine_settled
-from .conftest import metric, serve
+from .conftest import metric, poll_until, serve
 
 pytestmark = pytest.mark.engine
 BUFFER_LIMIT = 128 << 10
@@ -44,7 +44,9 @@ async def _open_non_reader(port: int) -> socket.socket:
         f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
         "Sec-WebSocket-Version: 13\r\n\r\n").encode())
     head = b""
-    while b"\r\n\r\n" not in head:
+    for _ in range(65536):  # a response head is far shorter: only a guard against a hang
+        if b"\r\n\r\n" in head:
+            break
         head += await loop.sock_recv(sock, 1)
     assert head.startswith(b"HTTP/1.1 101"), head
     return sock
@@ -64,20 +66,29 @@ async def test_non_reading_client_is_cut_off_with_bounded_buffers(pipeline):
                 "text": "A long answer nobody is listening to. " * 4,
                 "sampling": {"max_tokens": 1400}})))
         peak = 0
-        while await metric(s, url, "veena_slow_clients_total") < 1:
+
+        async def cut_off() -> bool:
+            nonlocal peak
             peak = max(peak, await metric(s, url, "veena_buffered_bytes"))
-            await asyncio.sleep(0.05)
+            return await metric(s, url, "veena_slow_clients_total") >= 1
+
+        async def both_ended() -> bool:
+            return await metric(s, url, 'veena_requests_total{outcome="slow_client"}') >= 2
+
+        await poll_until(cut_off, "the client cut off")
         assert peak <= BUFFER_LIMIT
-        while await metric(s, url, 'veena_requests_total{outcome="slow_client"}') < 2:
-            await asyncio.sleep(0.05)
+        await poll_until(both_ended, "both contexts ended as slow_client")
         assert await metric(s, url, 'veena_requests_total{outcome="done"}') == 0
         assert await engine_settled(pipeline, timeout=30) and pipeline.scheduler.pending == 0
         assert await metric(s, url, "veena_buffered_bytes") == 0
         assert await metric(s, url, "veena_connections") == 0
         # the server closed the socket: reading what was in flight ends in EOF or a reset
         try:
-            while await loop.sock_recv(sock, 65536):
-                pass
+            for _ in range(100_000):  # what was in flight, then EOF (bounded: a hang guard)
+                if not await asyncio.wait_for(loop.sock_recv(sock, 65536), 60):
+                    break
+            else:
+                raise AssertionError("the server never closed the socket")
         except ConnectionResetError:
             pass
         sock.close()

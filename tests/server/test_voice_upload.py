@@ -96,7 +96,7 @@ async def test_a_cloned_voice_without_its_globals_is_refused(spark_pipeline):
     async with serve(spark_pipeline, ServerOptions()) as url, aiohttp.ClientSession() as s:
         async with s.ws_connect(url.replace("http://", "ws://") + "/v1/stream") as ws:
             await ws.send_json(speak_message("c", "नमस्ते।", False, {"voice": CLONED_VOICE}))
-            while True:
+            for _ in range(100_000):  # keep-alives until the answer: a hang guard only
                 event = json.loads((await ws.receive(timeout=60)).data)
                 if event["type"] not in ("waiting", "voice", "words"):
                     break
