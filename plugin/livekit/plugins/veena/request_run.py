@@ -17,18 +17,51 @@ import contextlib
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import Any, AsyncIterator, Protocol
 
 import numpy as np
 
-from .engine import EngineError, SamplingOptions
-from .pacing import AdaptivePlanner
+from .codecs.base import Codec
+from .engine import EngineError, SamplingOptions, VllmEngine
+from .pacing import AdaptivePlanner, PacingOptions
+from .parsing import TokenTable
+from .scheduler import DecodeScheduler
 from .stitching import Stitcher
-from .windowing import Window, WindowPlanner
+from .timings import Timings
+from .windowing import Window, WindowOptions, WindowPlanner
 
-if TYPE_CHECKING:
-    from .pipeline import Pipeline
-    from .synthesis import Synthesis
+
+class RunOwner(Protocol):
+    """What a run reports to the text's synthesis it belongs to."""
+
+    request_id: str
+    seed: int
+    speaker_globals: tuple[int, ...] | None
+    timings: Timings
+    vllm_request_ids: list[str]
+
+    def captured(self, speaker_globals: tuple[int, ...]) -> None: ...
+
+
+class RunHost(Protocol):
+    """What a run needs from its caller (the pipeline): the run never imports it."""
+
+    engine: VllmEngine
+    codec: Codec
+    scheduler: DecodeScheduler
+    family: Any
+    options: Any
+    """``adaptive_windows`` and ``crossfade_ms``."""
+    window: WindowOptions
+    pacing: PacingOptions
+
+    @property
+    def table(self) -> TokenTable: ...
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    async def start(self) -> None: ...
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +75,7 @@ class RequestRun:
     """Piece ``index`` of ``synthesis``: its engine requests, track, planner, stitcher,
     pending windows and progress."""
 
-    def __init__(self, pipeline: "Pipeline", synthesis: "Synthesis", text: str,
+    def __init__(self, pipeline: RunHost, synthesis: RunOwner, text: str,
                  index: int) -> None:
         self._p = pipeline
         self._syn = synthesis

@@ -12,17 +12,14 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import AsyncIterator
 
 import numpy as np
 
 from .engine import SamplingOptions
-from .request_run import RequestRun
+from .request_run import RequestRun, RunHost
 from .stitching import to_int16
 from .timings import Timings
-
-if TYPE_CHECKING:
-    from .pipeline import Pipeline
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +44,7 @@ class AudioChunk:
 class Synthesis:
     """One request's audio stream: iterate for chunks; ``timings`` fill in as it runs."""
 
-    def __init__(self, pipeline: "Pipeline", pieces: list[str], voice: str,
+    def __init__(self, pipeline: RunHost, pieces: list[str], voice: str,
                  sampling: SamplingOptions, seed: int, request_id: str,
                  speaker_globals: tuple[int, ...] | None) -> None:
         self._p = pipeline

@@ -20,8 +20,15 @@ from ..pacing import PacingOptions
 from ..parsing import ParseStats, TokenTable
 from ..windowing import Window, WindowOptions
 
-if TYPE_CHECKING:
-    from ..pipeline import PipelineOptions
+
+class WindowDefaults(Protocol):
+    """The pipeline's per-family window and pacing settings (``PipelineOptions``), as a
+    family reads them: the family never imports the pipeline."""
+
+    snac_window: WindowOptions
+    bicodec_window: WindowOptions
+    snac_pacing: PacingOptions
+    bicodec_pacing: PacingOptions
 
 
 class InvalidGlobalsError(ValueError):
@@ -58,7 +65,7 @@ class ModelFamily:
         self.profile = profile
 
     # -- what every family must say --------------------------------------------------------
-    def default_window(self, options: "PipelineOptions") -> WindowOptions:
+    def default_window(self, options: WindowDefaults) -> WindowOptions:
         raise NotImplementedError
 
     def load_codec(self, codec_model: str, device: str) -> Codec:
@@ -82,7 +89,7 @@ class ModelFamily:
         raise NotImplementedError
 
     # -- defaults a family may refine ------------------------------------------------------
-    def default_pacing(self, options: "PipelineOptions") -> PacingOptions:
+    def default_pacing(self, options: WindowDefaults) -> PacingOptions:
         """How large listener-paced windows may grow (``pacing``)."""
         return options.snac_pacing
 

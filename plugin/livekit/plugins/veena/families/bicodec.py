@@ -20,7 +20,7 @@ from ..pacing import PacingOptions
 from ..parsing import KIND_GLOBAL, KIND_SEMANTIC, KIND_STOP, BiCodecFramer, TokenTable
 from ..profiles import BiCodecProfile
 from ..windowing import Window, WindowOptions
-from . import InvalidGlobalsError, ModelFamily, register_family
+from . import WindowDefaults, InvalidGlobalsError, ModelFamily, register_family
 
 
 class BiCodecTrack:
@@ -56,10 +56,10 @@ class BiCodecFamily(ModelFamily):
     has_speaker_globals = True
     profile: BiCodecProfile
 
-    def default_window(self, options) -> WindowOptions:
+    def default_window(self, options: WindowDefaults) -> WindowOptions:
         return options.bicodec_window
 
-    def default_pacing(self, options) -> PacingOptions:
+    def default_pacing(self, options: WindowDefaults) -> PacingOptions:
         return options.bicodec_pacing
 
     def load_codec(self, codec_model: str, device: str) -> Codec:

@@ -11,7 +11,7 @@ from ..codecs.base import Codec, CodecInput
 from ..parsing import SnacFramer, TokenTable
 from ..profiles import SnacProfile
 from ..windowing import Window, WindowOptions
-from . import ModelFamily, register_family
+from . import WindowDefaults, ModelFamily, register_family
 
 
 class SnacTrack:
@@ -40,7 +40,7 @@ class SnacFamily(ModelFamily):
     codec = "snac"
     profile: SnacProfile
 
-    def default_window(self, options) -> WindowOptions:
+    def default_window(self, options: WindowDefaults) -> WindowOptions:
         return options.snac_window
 
     def load_codec(self, codec_model: str, device: str) -> Codec:
