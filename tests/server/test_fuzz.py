@@ -24,7 +24,7 @@ from livekit.plugins.veena.server.options import MAX_HTTP_BODY_BYTES
 from ..helpers import engine_settled
 from .conftest import API_KEY
 from .fakes import fake_server
-from .rawws import RawWebSocket, frame, raw_http, text_frame
+from .rawws import RawWebSocket, frame, raw_http
 
 engine = pytest.mark.engine
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

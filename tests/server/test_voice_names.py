@@ -1,6 +1,6 @@
-"""Saved voice names are unique and cannot take a profile voice's name: concurrent uploads
-for one name give one voice and 409s (in the server and on disk), ``?name=kavya`` is
-refused, and a file on disk named after a profile voice does not replace it. The clone
+"""Saved voice names are unique and an upload cannot take a profile voice's name: concurrent
+uploads for one name give one voice and 409s (in the server and on disk), and
+``?name=kavya`` is refused. The clone
 itself is faked here (held at a gate, so the uploads really overlap); the real one is
 tests/server/test_voice_upload.py's."""
 
@@ -12,7 +12,6 @@ import aiohttp
 import pytest
 
 from livekit.plugins.veena.profiles import CLONED_VOICE
-from livekit.plugins.veena.server import state as server_state_module
 from livekit.plugins.veena.server import voice_routes
 from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.voices import VoiceFile
@@ -74,17 +73,6 @@ async def test_a_profile_voice_name_is_refused(tmp_path, gated_clone, name):
         status, body = await _post(s, server.url, b"1", name)
         assert status == 409 and body["error"]["code"] == "voice_exists"
         assert not calls and not list(tmp_path.iterdir())
-
-
-async def test_a_saved_voice_named_after_a_profile_voice_does_not_replace_it(tmp_path,
-                                                                            monkeypatch):
-    """A file saved before names were checked (``kavya.json``) is ignored at start-up."""
-    found = {"kavya": _voice(3), "guest": _voice(4)}
-    monkeypatch.setattr(server_state_module, "voices_in", lambda folder, profile: dict(found))
-    async with fake_server(ServerOptions(voices_dir=str(tmp_path))) as server:
-        assert sorted(server.state.voices) == ["guest"]
-        async with aiohttp.ClientSession() as s, s.get(server.url + "/v1/voices") as r:
-            assert [v["name"] for v in (await r.json())["saved"]] == ["guest"]
 
 
 def test_exclusive_save_never_replaces_a_file_even_when_writers_race(tmp_path):

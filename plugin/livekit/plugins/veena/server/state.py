@@ -5,7 +5,6 @@ protocol codes, one validation of what a client asks a turn to do."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +25,7 @@ from .options import ServerOptions
 if TYPE_CHECKING:
     from .websocket import Context
 
-logger = logging.getLogger(__name__)
-
 STATE_KEY = web.AppKey("veena_state", object)
-
-
-class ContextIdle(TimeoutError):
-    """A WebSocket context received no text and had nothing to speak for its idle limit."""
 
 
 class ServerState:
@@ -49,21 +42,14 @@ class ServerState:
         self.contexts: set[Context] = set()
         """Every WebSocket context whose task has not ended, over all connections."""
         self.connections = 0
-        self.voices: dict[str, VoiceFile] = self._saved_voices()
-        """Saved voices by name; a bad file stops the server at start-up with its reason."""
+        self.voices: dict[str, VoiceFile] = (
+            voices_in(options.voices_dir, pipeline.profile) if options.voices_dir else {})
+        """Saved voices by name; a bad file stops the server at start-up with its reason. A
+        file the operator put there may carry a profile voice's name (``arjun.json``: that
+        voice with pinned globals, tests/test_voices.py); an upload may not."""
         self.voice_names_taken: set[str] = set()
         """Names being saved right now (POST /v1/voices): a second upload is refused at once."""
         self.clone_lock = asyncio.Lock()
-
-    def _saved_voices(self) -> dict[str, VoiceFile]:
-        if not self.options.voices_dir:
-            return {}
-        found = voices_in(self.options.voices_dir, self.pipeline.profile)
-        for name in [n for n in found if self.is_profile_voice(n)]:
-            logger.warning("ignoring saved voice %r: the profile has a voice of that name",
-                           name, extra={"voice_name": name})
-            del found[name]
-        return found
 
     def is_profile_voice(self, name: str) -> bool:
         """Names are compared case-insensitively: on a case-insensitive file system
@@ -102,7 +88,6 @@ _CODE_BY_TYPE: tuple[tuple[type[BaseException], str], ...] = (
     (EngineError, "engine_error"),
     (Overloaded, "overloaded"),
     (TurnTimeout, "timeout"),
-    (ContextIdle, "idle_timeout"),
     (InvalidGlobalsError, "invalid_globals"),  # before its base class ValueError
     (ValueError, "bad_request"),
 )

@@ -30,7 +30,7 @@ from ..stitching import to_int16
 from ..transcripts import word_timings
 from ..turn import Turn, TurnOptions
 from .admission import Overloaded, StreamSlot
-from .state import ContextIdle, ServerState, error_code, json_error, server_state, turn_options
+from .state import ServerState, error_code, json_error, server_state, turn_options
 
 logger = logging.getLogger(__name__)
 
