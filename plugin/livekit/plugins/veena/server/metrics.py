@@ -16,7 +16,8 @@ class ServerMetrics:
                                      buckets=_LATENCY, registry=r)
         self.rtf = Histogram("veena_real_time_factor", "Wall time per second of audio",
                              buckets=(0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0), registry=r)
-        self.active_streams = Gauge("veena_active_streams", "Contexts being synthesized",
+        self.active_streams = Gauge("veena_active_streams",
+                                    "Streams synthesizing (holding a stream slot)",
                                     registry=r)
         self.batch_size = Histogram("veena_decode_batch_size", "Windows per codec call",
                                     buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
@@ -25,7 +26,7 @@ class ServerMetrics:
                                     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
                                     registry=r)
         self.aborted = Counter("veena_aborted_requests_total",
-                               "Contexts cancelled or abandoned by their client", registry=r)
+                               "Streams (WebSocket contexts, speech requests) cancelled or abandoned by their client", registry=r)
         self.finished = Counter("veena_requests_total", "Finished contexts by outcome",
                                 ["outcome"], registry=r)
         self.queued_streams = Gauge("veena_queued_streams", "Streams waiting for a slot",
