@@ -15,11 +15,10 @@ import time
 
 import numpy as np
 import torch
-
 from _common import report, setup
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
-from livekit.plugins.veena.windowing import WindowOptions, WindowPlanner
+from livekit.plugins.veena.pipeline.windowing import WindowOptions, WindowPlanner
 
 TOKENS_PER_S = 50
 

@@ -14,12 +14,11 @@ import tempfile
 from dataclasses import replace
 
 import numpy as np
-
 from _common import listen, report, setup
-from livekit.plugins.veena.engine import EngineOptions
-from livekit.plugins.veena.pipeline import Pipeline, PipelineOptions
-from livekit.plugins.veena.scheduler import SchedulerOptions
-from livekit.plugins.veena.tiny_model import make_tiny_model
+from livekit.plugins.veena.models.tiny_model import make_tiny_model
+from livekit.plugins.veena.pipeline.engine import EngineOptions
+from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions
 
 MODES = {
     "ramp": PipelineOptions(adaptive_windows=False, scheduler=SchedulerOptions(adaptive_batch=False)),

@@ -22,17 +22,20 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-
 from _common import report, setup
 from livekit.plugins.veena.codecs.snac import SnacCodec
-from livekit.plugins.veena.engine import EngineOptions, SamplingOptions, VllmEngine
-from livekit.plugins.veena.families import register_family
-from livekit.plugins.veena.families.snac import SnacFamily, SnacTrack
-from livekit.plugins.veena.parsing import ParseStats, TokenTable
-from livekit.plugins.veena.pipeline import Pipeline, PipelineOptions
-from livekit.plugins.veena.profiles import VEENA, with_overrides
-from livekit.plugins.veena.scheduler import SchedulerOptions
-from livekit.plugins.veena.tiny_model import make_tiny_model, snac_vocab_size, write_snac_tokenizer
+from livekit.plugins.veena.models.families import register_family
+from livekit.plugins.veena.models.families.snac import SnacFamily, SnacTrack
+from livekit.plugins.veena.models.profiles import VEENA, with_overrides
+from livekit.plugins.veena.models.tiny_model import (
+    make_tiny_model,
+    snac_vocab_size,
+    write_snac_tokenizer,
+)
+from livekit.plugins.veena.pipeline.engine import EngineOptions, SamplingOptions, VllmEngine
+from livekit.plugins.veena.pipeline.parsing import ParseStats, TokenTable
+from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions
 
 LLAMA_3B = dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
                 num_attention_heads=24, num_key_value_heads=8, max_position_embeddings=4096,

@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _common import report, setup
-from livekit.plugins.veena.parsing import SnacFramer, TokenTable
-from livekit.plugins.veena.profiles import VEENA
-from livekit.plugins.veena.tiny_model import write_snac_tokenizer
+from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.models.tiny_model import write_snac_tokenizer
+from livekit.plugins.veena.pipeline.parsing import SnacFramer, TokenTable
 
 _CUSTOM = re.compile(r"<custom_token_(\d+)>")
 

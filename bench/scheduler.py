@@ -19,14 +19,13 @@ import math
 
 import numpy as np
 import torch
-
 from _common import listen, report, setup
 from _paced_engine import PacedEngine
 from livekit.plugins.veena.codecs.snac import SnacCodec
-from livekit.plugins.veena.engine import SamplingOptions
-from livekit.plugins.veena.pipeline import Pipeline, PipelineOptions
-from livekit.plugins.veena.profiles import VEENA
-from livekit.plugins.veena.scheduler import SchedulerOptions
+from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.engine import SamplingOptions
+from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions
 
 SPF, RATE = 2048, 24000
 MODES = {

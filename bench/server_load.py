@@ -12,15 +12,14 @@ import tempfile
 import time
 
 import numpy as np
+from _common import report, setup
 from aiohttp import web
 from livekit.agents import APIConnectOptions, APIStatusError
-
-from _common import report, setup
 from livekit.plugins import veena
-from livekit.plugins.veena.engine import EngineOptions
-from livekit.plugins.veena.pipeline import Pipeline
+from livekit.plugins.veena.models.tiny_model import make_tiny_model
+from livekit.plugins.veena.pipeline.engine import EngineOptions
+from livekit.plugins.veena.pipeline.pipeline import Pipeline
 from livekit.plugins.veena.server.app import ServerOptions, create_app
-from livekit.plugins.veena.tiny_model import make_tiny_model
 
 TEXT = "Load test sentence for the server."
 

@@ -12,12 +12,11 @@ import time
 
 import numpy as np
 import torch
-
 from _common import report, setup
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.snac import SnacCodec
-from livekit.plugins.veena.stitching import Stitcher
-from livekit.plugins.veena.windowing import WindowOptions, WindowPlanner
+from livekit.plugins.veena.pipeline.stitching import Stitcher
+from livekit.plugins.veena.pipeline.windowing import WindowOptions, WindowPlanner
 
 SPF = 2048
 

@@ -6,6 +6,7 @@ import pytest
 from livekit.agents import Agent, AgentSession
 
 from livekit.plugins import veena
+from livekit.plugins.veena.pipeline.chunking import chunk_text
 
 from .helpers import engine_settled
 from .livekit_fakes import CapturingAudioOutput, ScriptedLLM
@@ -28,7 +29,7 @@ async def test_reply_is_spoken_in_full(pipeline):
     try:
         handle = session.generate_reply(user_input="Can you help me?")
         await asyncio.wait_for(handle.wait_for_playout(), 120)
-        chunks = len(veena.chunking.chunk_text(REPLY))
+        chunks = len(chunk_text(REPLY))
         assert chunks >= 2
         # each chunk yields 10 frames (0.853 s) minus 15 ms per crossfaded seam
         assert out.seconds == pytest.approx(chunks * 0.8533 - (chunks - 1) * 0.015, abs=0.02)
@@ -49,7 +50,7 @@ async def test_say(pipeline):
 
 async def test_interruption_stops_synthesis(pipeline, monkeypatch):
     long_reply = " ".join(f"This is sentence number {i} of a long answer." for i in range(12))
-    chunks = len(veena.chunking.chunk_text(long_reply))
+    chunks = len(chunk_text(long_reply))
     assert chunks >= 8
     requests = []
     real = pipeline.synthesize

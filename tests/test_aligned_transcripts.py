@@ -7,10 +7,9 @@ import asyncio
 import pytest
 from livekit.agents import Agent, AgentSession
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
-
 from livekit.plugins import veena
+from livekit.plugins.veena.pipeline.transcripts import word_timings
 from livekit.plugins.veena.server.app import ServerOptions
-from livekit.plugins.veena.transcripts import word_timings
 
 from .livekit_fakes import CapturingAudioOutput, CapturingTextOutput, ScriptedLLM
 from .server.conftest import serve

@@ -6,11 +6,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from livekit.plugins import veena
-from livekit.plugins.veena.chunking import ChunkerOptions, TextChunker
 from livekit.plugins.veena.codecs.base import CodecInput
-from livekit.plugins.veena.turn import Turn, TurnOptions
+from livekit.plugins.veena.pipeline.chunking import ChunkerOptions, TextChunker
+from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
 
 pytestmark = pytest.mark.engine
 
@@ -106,9 +105,9 @@ async def test_livekit_stream_on_the_spark_model(spark_pipeline):
 @pytest.fixture(scope="module")
 async def official_spark(tmp_path_factory):
     """A third engine, for this module only: ``LLM/`` beside ``BiCodec/``, free generation."""
-    from livekit.plugins.veena.download import llm_location
-    from livekit.plugins.veena.engine import EngineOptions
-    from livekit.plugins.veena.tiny_model import make_tiny_model
+    from livekit.plugins.veena.models.download import llm_location
+    from livekit.plugins.veena.models.tiny_model import make_tiny_model
+    from livekit.plugins.veena.pipeline.engine import EngineOptions
 
     root = str(make_tiny_model(tmp_path_factory.mktemp("tiny-spark"), "spark", seed=0))
     p = veena.Pipeline.from_model(
@@ -140,7 +139,7 @@ async def test_spark_named_voice_writes_its_globals_then_later_requests_reuse_th
 
 
 async def test_spark_cloned_voice_speaks_with_its_globals_only(official_spark):
-    from livekit.plugins.veena.profiles import CLONED_VOICE
+    from livekit.plugins.veena.models.profiles import CLONED_VOICE
 
     p = official_spark
     ids = tuple(range(100, 132))

@@ -12,8 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
-from livekit.plugins.veena.download import DownloadError, download_model
+from livekit.plugins.veena.models.download import DownloadError, download_model
 
 SHA = "0" * 40
 
@@ -141,7 +140,7 @@ def test_cli_and_plugin_entry_points(tmp_path, tiny_model_dir, monkeypatch):
 @pytest.fixture(scope="module")
 def spark_hub(tmp_path_factory):
     """A repository in Spark-TTS-0.5B's layout (LLM/, BiCodec/, config.yaml) and no manifest."""
-    from livekit.plugins.veena.tiny_model import make_tiny_model
+    from livekit.plugins.veena.models.tiny_model import make_tiny_model
 
     root = make_tiny_model(tmp_path_factory.mktemp("tiny-spark"), "spark")
     files = {k: v for k, v in _repo_files(root).items() if k != "veena_tts.json"}

@@ -5,11 +5,10 @@ START_OF_SPEECH; stop on END_OF_SPEECH 128258). The tiny SNAC-layout tokenizer a
 Llama-3's does."""
 
 import pytest
+from livekit.plugins.veena.models.profiles import ORPHEUS, VEENA
+from livekit.plugins.veena.models.tiny_model import write_snac_tokenizer
+from livekit.plugins.veena.pipeline.pipeline import Pipeline
 from transformers import AutoTokenizer
-
-from livekit.plugins.veena.pipeline import Pipeline
-from livekit.plugins.veena.profiles import ORPHEUS, VEENA
-from livekit.plugins.veena.tiny_model import write_snac_tokenizer
 
 
 @pytest.fixture(scope="module")

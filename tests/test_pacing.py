@@ -6,9 +6,8 @@ stuttering."""
 import heapq
 
 import pytest
-
-from livekit.plugins.veena.pacing import AdaptivePlanner, PacingOptions, window_sizes
-from livekit.plugins.veena.windowing import WindowOptions, WindowPlanner
+from livekit.plugins.veena.pipeline.pacing import AdaptivePlanner, PacingOptions, window_sizes
+from livekit.plugins.veena.pipeline.windowing import WindowOptions, WindowPlanner
 
 STEP_S = 2048 / 24000  # one SNAC frame
 OPTS = WindowOptions(first=2, new=8, left=2, right=2)

@@ -5,10 +5,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from livekit.plugins.veena.codecs.base import CodecInput
-from livekit.plugins.veena.engine import SamplingOptions
-from livekit.plugins.veena.pipeline import EmptyTextError, Pipeline, PipelineOptions, piece_seed
+from livekit.plugins.veena.pipeline.engine import SamplingOptions
+from livekit.plugins.veena.pipeline.pipeline import (
+    EmptyTextError,
+    Pipeline,
+    PipelineOptions,
+    piece_seed,
+)
 
 from .helpers import engine_settled, gated_codec, same_audio, wait_thread_event
 

@@ -4,13 +4,22 @@
 from pathlib import Path
 
 import pytest
-
-from livekit.plugins.veena.download import llm_location
-from livekit.plugins.veena.families import family_for
-from livekit.plugins.veena.profiles import (CLONED_VOICE, ORPHEUS, SPARK, SPARK_GENDERS,
-                                            SPARK_LEVELS, VEENA, VEENA3, get_profile,
-                                            resolve_profile, spark_voice, with_overrides)
-from livekit.plugins.veena.tiny_model import make_tiny_model
+from livekit.plugins.veena.models.download import llm_location
+from livekit.plugins.veena.models.families import family_for
+from livekit.plugins.veena.models.profiles import (
+    CLONED_VOICE,
+    ORPHEUS,
+    SPARK,
+    SPARK_GENDERS,
+    SPARK_LEVELS,
+    VEENA,
+    VEENA3,
+    get_profile,
+    resolve_profile,
+    spark_voice,
+    with_overrides,
+)
+from livekit.plugins.veena.models.tiny_model import make_tiny_model
 
 
 class _Tok:
@@ -123,9 +132,13 @@ def test_spark_voices_sampling_and_limits():
 
 def test_spark_generates_freely_and_veena3_is_constrained():
     import numpy as np
-
-    from livekit.plugins.veena.engine import SamplingOptions
-    from livekit.plugins.veena.parsing import KIND_GLOBAL, KIND_SEMANTIC, KIND_STOP, TokenTable
+    from livekit.plugins.veena.pipeline.engine import SamplingOptions
+    from livekit.plugins.veena.pipeline.parsing import (
+        KIND_GLOBAL,
+        KIND_SEMANTIC,
+        KIND_STOP,
+        TokenTable,
+    )
 
     kind = np.array([0, KIND_GLOBAL, KIND_SEMANTIC, KIND_STOP], np.int8)
     table = TokenTable(kind, np.array([-1, 0, 0, -1]))

@@ -5,12 +5,21 @@ import json
 
 import pytest
 from livekit.agents import APIConnectionError, APIStatusError, APITimeoutError
-
-from livekit.plugins.veena.engine import EngineDeadError, EngineError, EngineStartingError
-from livekit.plugins.veena.protocol import (ERROR_CODES, ProtocolError, cancel_message,
-                                            decode_audio, done_event, encode_audio, error_event,
-                                            flush_message, parse_client_message,
-                                            parse_server_event, speak_message, waiting_event)
+from livekit.plugins.veena.pipeline.engine import EngineDeadError, EngineError, EngineStartingError
+from livekit.plugins.veena.protocol import (
+    ERROR_CODES,
+    ProtocolError,
+    cancel_message,
+    decode_audio,
+    done_event,
+    encode_audio,
+    error_event,
+    flush_message,
+    parse_client_message,
+    parse_server_event,
+    speak_message,
+    waiting_event,
+)
 from livekit.plugins.veena.remote import server_error
 from livekit.plugins.veena.tts import _map_error
 

@@ -5,9 +5,8 @@ import threading
 
 import numpy as np
 import pytest
-
 from livekit.plugins.veena.codecs.base import CodecInput
-from livekit.plugins.veena.scheduler import DecodeScheduler, SchedulerOptions
+from livekit.plugins.veena.pipeline.scheduler import DecodeScheduler, SchedulerOptions
 
 
 class GatedCodec:

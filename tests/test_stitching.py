@@ -6,12 +6,10 @@ whole signal. The bounds below leave a margin of about 10x.
 """
 
 import numpy as np
-
 from livekit.plugins.veena.codecs.base import CodecInput
-from livekit.plugins.veena.stitching import Stitcher, crossfade, to_int16
-from livekit.plugins.veena.windowing import WindowOptions
-
-from livekit.plugins.veena.pacing import window_sizes
+from livekit.plugins.veena.pipeline.pacing import window_sizes
+from livekit.plugins.veena.pipeline.stitching import Stitcher, crossfade, to_int16
+from livekit.plugins.veena.pipeline.windowing import WindowOptions
 
 from .helpers import decode_windows, every_size_windows, windowed_decode
 
@@ -68,8 +66,8 @@ def test_crossfade_and_int16():
 
 
 def test_stitcher_rejects_gaps():
-    from livekit.plugins.veena.windowing import Window
     import pytest
+    from livekit.plugins.veena.pipeline.windowing import Window
 
     s = Stitcher(SPF, 0)
     with pytest.raises(ValueError):
@@ -77,7 +75,7 @@ def test_stitcher_rejects_gaps():
 
 
 def test_chunk_joiner_crossfades_each_seam_and_keeps_float():
-    from livekit.plugins.veena.stitching import ChunkJoiner
+    from livekit.plugins.veena.pipeline.stitching import ChunkJoiner
 
     fade = 8
     joiner = ChunkJoiner(fade)
@@ -96,7 +94,7 @@ def test_chunk_joiner_crossfades_each_seam_and_keeps_float():
 
 
 def test_chunk_joiner_short_chunks_and_no_crossfade():
-    from livekit.plugins.veena.stitching import ChunkJoiner
+    from livekit.plugins.veena.pipeline.stitching import ChunkJoiner
 
     joiner = ChunkJoiner(0)
     parts = [joiner.push(np.ones(5, np.float32))]

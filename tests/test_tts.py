@@ -4,12 +4,11 @@ import asyncio
 
 import pytest
 from livekit.agents import APIConnectionError, APIConnectOptions
-
 from livekit.plugins import veena
-from livekit.plugins.veena.chunking import ChunkerOptions, TextChunker
-from livekit.plugins.veena.engine import EngineOptions, VllmEngine
-from livekit.plugins.veena.pipeline import Pipeline
-from livekit.plugins.veena.profiles import VEENA
+from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.chunking import ChunkerOptions, TextChunker
+from livekit.plugins.veena.pipeline.engine import EngineOptions, VllmEngine
+from livekit.plugins.veena.pipeline.pipeline import Pipeline
 
 from .helpers import engine_settled, gated_codec, wait_thread_event
 

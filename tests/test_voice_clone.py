@@ -12,15 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-
 from livekit.plugins.veena import cli
-from livekit.plugins.veena.codecs.bicodec_speaker import (PREFIXES, BiCodecSpeakerEncoder,
-                                                          MelSpectrogram, _hz_to_mel, _mel_to_hz,
-                                                          reference_segment, volume_normalize)
-from livekit.plugins.veena.profiles import CLONED_VOICE, VEENA3
-from livekit.plugins.veena.reference_clip import ReferenceClipError, load_reference_clip
-from livekit.plugins.veena.voices import clone_voice, load_voice
+from livekit.plugins.veena.codecs.bicodec_speaker import (
+    PREFIXES,
+    BiCodecSpeakerEncoder,
+    MelSpectrogram,
+    _hz_to_mel,
+    _mel_to_hz,
+    reference_segment,
+    volume_normalize,
+)
+from livekit.plugins.veena.models.profiles import CLONED_VOICE, VEENA3
+from livekit.plugins.veena.voices.files import clone_voice, load_voice
+from livekit.plugins.veena.voices.reference_clip import ReferenceClipError, load_reference_clip
+from safetensors.torch import load_file, save_file
 
 from .helpers import record_voices
 

@@ -8,14 +8,18 @@ import re
 
 import aiohttp
 import pytest
-
 from livekit.plugins import veena
 from livekit.plugins.veena import cli
-from livekit.plugins.veena.pipeline import Pipeline
-from livekit.plugins.veena.profiles import VEENA, VEENA3
+from livekit.plugins.veena.models.profiles import VEENA, VEENA3
+from livekit.plugins.veena.pipeline.pipeline import Pipeline
 from livekit.plugins.veena.server.app import ServerOptions
-from livekit.plugins.veena.voices import (FORMAT_VERSION, VoiceFile, VoiceFileError,
-                                          capture_voice, load_voice)
+from livekit.plugins.veena.voices.files import (
+    FORMAT_VERSION,
+    VoiceFile,
+    VoiceFileError,
+    capture_voice,
+    load_voice,
+)
 
 from .helpers import record_voices
 from .server.conftest import serve

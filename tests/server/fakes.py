@@ -15,10 +15,9 @@ import time
 from typing import AsyncIterator, Callable, Sequence
 
 import numpy as np
-
-from livekit.plugins.veena.engine import EngineHealth, EngineOptions, SamplingOptions
-from livekit.plugins.veena.pipeline import Pipeline, PipelineOptions
-from livekit.plugins.veena.profiles import VEENA
+from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.engine import EngineHealth, EngineOptions, SamplingOptions
+from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
 
 class _Tokenizer:
@@ -149,7 +148,6 @@ class FakeServer:
 async def fake_server(options, **engine_kw):
     """``create_app`` over ``fake_pipeline(**engine_kw)`` on a free loopback port."""
     from aiohttp import web
-
     from livekit.plugins.veena.server.app import create_app
     from livekit.plugins.veena.server.state import STATE_KEY
 

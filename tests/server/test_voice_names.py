@@ -10,11 +10,10 @@ import threading
 
 import aiohttp
 import pytest
-
-from livekit.plugins.veena.profiles import CLONED_VOICE
+from livekit.plugins.veena.models.profiles import CLONED_VOICE
 from livekit.plugins.veena.server import voice_routes
 from livekit.plugins.veena.server.app import ServerOptions
-from livekit.plugins.veena.voices import VoiceFile
+from livekit.plugins.veena.voices.files import VoiceFile
 
 from .conftest import poll_until
 from .fakes import fake_server

@@ -8,11 +8,10 @@ import struct
 import aiohttp
 import numpy as np
 import pytest
-
-from livekit.plugins.veena.profiles import CLONED_VOICE, VEENA3
+from livekit.plugins.veena.models.profiles import CLONED_VOICE, VEENA3
 from livekit.plugins.veena.protocol import speak_message
 from livekit.plugins.veena.server.app import ServerOptions
-from livekit.plugins.veena.voices import load_voice
+from livekit.plugins.veena.voices.files import load_voice
 
 from ..test_voice_clone import speech_like, wav_bytes
 from .conftest import serve

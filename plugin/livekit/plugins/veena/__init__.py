@@ -3,14 +3,22 @@
 
 from livekit.agents import Plugin
 
-from .chunking import ChunkerOptions
-from .engine import EngineDeadError, EngineOptions, SamplingOptions
-from .families import ModelFamily, register_family
 from .log import logger
-from .pipeline import Pipeline, PipelineOptions
-from .profiles import (ORPHEUS, SPARK, VEENA, VEENA3, BiCodecProfile, SnacProfile, get_profile,
-                       register_profile)
-from .sentences import SentenceTokenizer
+from .models.families import ModelFamily, register_family
+from .models.profiles import (
+    ORPHEUS,
+    SPARK,
+    VEENA,
+    VEENA3,
+    BiCodecProfile,
+    SnacProfile,
+    get_profile,
+    register_profile,
+)
+from .pipeline.chunking import ChunkerOptions
+from .pipeline.engine import EngineDeadError, EngineOptions, SamplingOptions
+from .pipeline.pipeline import Pipeline, PipelineOptions
+from .pipeline.sentences import SentenceTokenizer
 from .tts import TTS, ChunkedStream, SynthesizeStream
 from .version import __version__
 
@@ -32,7 +40,7 @@ class VeenaPlugin(Plugin):
         names no model has nothing to fetch."""
         import os
 
-        from .download import download_model
+        from .models.download import download_model
 
         if not os.environ.get("VEENA_MODEL"):
             logger.info("VEENA_MODEL is not set: no TTS model to download")

@@ -65,8 +65,8 @@ class _Progress:
 
 def _resolve_model(model: str | None) -> str:
     """The model to speak with: --model, else VEENA_MODEL, else the tiny random model."""
-    from .profiles import MANIFEST
-    from .tiny_model import make_tiny_model
+    from .models.profiles import MANIFEST
+    from .models.tiny_model import make_tiny_model
 
     model = model or os.environ.get("VEENA_MODEL")
     if model:
@@ -83,10 +83,10 @@ def _resolve_model(model: str | None) -> str:
 
 
 async def _say(args: argparse.Namespace) -> int:
-    from .pipeline import Pipeline
-    from .profiles import resolve_profile
-    from .stitching import to_int16
-    from .voices import is_voice_path, load_voice
+    from .models.profiles import resolve_profile
+    from .pipeline.pipeline import Pipeline
+    from .pipeline.stitching import to_int16
+    from .voices.files import is_voice_path, load_voice
 
     model = _resolve_model(args.model)
     profile = resolve_profile(model, args.profile)
@@ -125,8 +125,8 @@ async def _say(args: argparse.Namespace) -> int:
 
 
 async def _capture(args: argparse.Namespace) -> int:
-    from .pipeline import Pipeline
-    from .voices import capture_voice
+    from .pipeline.pipeline import Pipeline
+    from .voices.files import capture_voice
 
     model = _resolve_model(args.model)
     pipeline = Pipeline.from_model(model, profile=args.profile)
@@ -144,8 +144,8 @@ async def _capture(args: argparse.Namespace) -> int:
 
 
 async def _clone(args: argparse.Namespace) -> int:
-    from .pipeline import Pipeline
-    from .voices import VoiceFileError, clone_voice
+    from .pipeline.pipeline import Pipeline
+    from .voices.files import VoiceFileError, clone_voice
 
     model = _resolve_model(args.model)
     wav = Path(args.reference).read_bytes()
@@ -215,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.verbose)
     started = time.perf_counter()
     if args.command in ("say", "voice"):
-        from .reference_clip import ReferenceClipError
-        from .voices import VoiceFileError
+        from .voices.files import VoiceFileError
+        from .voices.reference_clip import ReferenceClipError
 
         run = _say if args.command == "say" else _clone if args.voice_command == "clone" else _capture
         try:
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             logger.error("%s", e)
             return 2
     if args.command == "download":
-        from .download import DownloadError, download_model
+        from .models.download import DownloadError, download_model
 
         try:
             for folder in download_model(args.model, profile=args.profile):
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     if args.command == "make-tiny-model":
-        from .tiny_model import make_tiny_model
+        from .models.tiny_model import make_tiny_model
 
         path = make_tiny_model(args.dir, args.profile, seed=args.seed)
         logger.info("tiny model ready in %.1f s", time.perf_counter() - started,

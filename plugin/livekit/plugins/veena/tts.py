@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 from dataclasses import dataclass, replace
+
 from livekit.agents import (
     APIConnectionError,
     APIConnectOptions,
@@ -23,20 +24,20 @@ from livekit.agents import (
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr, TimedString
 from livekit.agents.utils import is_given
 
-from .chunking import ChunkerOptions
-from .engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
 from .log import logger
-from .families import family_for
-from .pipeline import Pipeline
-from .profiles import ModelProfile, check_cloned_voice, get_profile
+from .models.families import family_for
+from .models.profiles import ModelProfile, check_cloned_voice, get_profile
+from .pipeline.chunking import ChunkerOptions
+from .pipeline.engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
+from .pipeline.pipeline import Pipeline
+from .pipeline.sentences import SentenceTokenizer, sentences
+from .pipeline.stitching import to_int16
+from .pipeline.transcripts import word_timings
+from .pipeline.turn import Turn, TurnOptions, TurnTimeout
 from .remote import FLUSH, RemoteClient
-from .sentences import SentenceTokenizer, sentences
 from .settings import env_float, env_int
-from .stitching import to_int16
-from .transcripts import word_timings
-from .turn import Turn, TurnOptions, TurnTimeout
 from .validation import check_float, check_int
-from .voices import VoiceFile, is_voice_path, load_voice
+from .voices.files import VoiceFile, is_voice_path, load_voice
 
 _PIPELINES: dict[tuple[str, object], Pipeline] = {}
 """One pipeline (engine + decode scheduler) per (model, profile) per process, shared by

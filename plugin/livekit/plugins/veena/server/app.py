@@ -20,7 +20,7 @@ import logging
 
 from aiohttp import web
 
-from ..pipeline import Pipeline
+from ..pipeline.pipeline import Pipeline
 from . import health, speech, voice_routes, websocket
 from .middleware import json_errors, require_api_key
 from .options import MAX_HTTP_BODY_BYTES, ServerOptions

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..chunking import ChunkerOptions
+from ..pipeline.chunking import ChunkerOptions
 from ..settings import env_float, env_int, env_str
 from ..validation import check_float, check_int
 from .admission import AdmissionOptions

@@ -20,11 +20,11 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ..chunking import chunk_text
-from ..engine import EngineError
+from ..pipeline.chunking import chunk_text
+from ..pipeline.engine import EngineError
+from ..pipeline.stitching import to_int16
+from ..pipeline.turn import Turn, TurnOptions
 from ..protocol import ERROR_CODES, ProtocolError
-from ..stitching import to_int16
-from ..turn import Turn, TurnOptions
 from ..validation import check_bool, check_float, check_str
 from .admission import Overloaded
 from .options import MAX_HTTP_BODY_BYTES

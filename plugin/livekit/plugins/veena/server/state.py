@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from ..engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
-from ..families import InvalidGlobalsError
-from ..pipeline import Pipeline
-from ..profiles import check_cloned_voice
+from ..models.families import InvalidGlobalsError
+from ..models.profiles import check_cloned_voice
+from ..pipeline.engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
+from ..pipeline.pipeline import Pipeline
+from ..pipeline.turn import TurnOptions, TurnTimeout
 from ..protocol import ERROR_CODES, SAMPLING_FIELDS
-from ..turn import TurnOptions, TurnTimeout
 from ..validation import check_int
-from ..voices import VoiceFile, voices_in
+from ..voices.files import VoiceFile, voices_in
 from .admission import Admission, Overloaded
 from .metrics import ServerMetrics
 from .options import ServerOptions

@@ -18,8 +18,8 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ..reference_clip import ReferenceClipError
-from ..voices import clone_voice
+from ..voices.files import clone_voice
+from ..voices.reference_clip import ReferenceClipError
 from .state import json_error, server_state
 
 logger = logging.getLogger(__name__)

@@ -22,13 +22,23 @@ from typing import Callable
 
 from aiohttp import WSMsgType, web
 
-from ..chunking import TextChunker
-from ..protocol import (ClientMessage, ProtocolError, cancelled_event, done_event, encode_audio,
-                        error_event, parse_client_message, rejected_event, voice_event,
-                        waiting_event, words_event)
-from ..stitching import to_int16
-from ..transcripts import word_timings
-from ..turn import Turn, TurnOptions
+from ..pipeline.chunking import TextChunker
+from ..pipeline.stitching import to_int16
+from ..pipeline.transcripts import word_timings
+from ..pipeline.turn import Turn, TurnOptions
+from ..protocol import (
+    ClientMessage,
+    ProtocolError,
+    cancelled_event,
+    done_event,
+    encode_audio,
+    error_event,
+    parse_client_message,
+    rejected_event,
+    voice_event,
+    waiting_event,
+    words_event,
+)
 from .admission import Overloaded, StreamSlot
 from .state import ServerState, error_code, json_error, server_state, turn_options
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .codecs.base import Codec, CodecInput
+from ..codecs.base import Codec, CodecInput
 
 logger = logging.getLogger(__name__)
 

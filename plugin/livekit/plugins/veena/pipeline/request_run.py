@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Protocol
 
 import numpy as np
 
-from .codecs.base import Codec
+from ..codecs.base import Codec
 from .engine import EngineError, SamplingOptions, VllmEngine
 from .pacing import AdaptivePlanner, PacingOptions
 from .parsing import TokenTable

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .settings import env_int
+from ..settings import env_int
 
 SENTENCE_ENDS = ".!?।॥"
 CLAUSE_ENDS = ",;:—–"

@@ -16,8 +16,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import AsyncIterator, Callable, Sequence
 
-from .settings import env_bool, env_float, env_int, env_str
-from .validation import check_float, check_int, check_int_list, is_int
+from ..settings import env_bool, env_float, env_int, env_str
+from ..validation import check_float, check_int, check_int_list, is_int
 
 logger = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..codecs.base import Codec, CodecInput
-from ..parsing import SnacFramer, TokenTable
+from ...codecs.base import Codec, CodecInput
+from ...pipeline.parsing import SnacFramer, TokenTable
+from ...pipeline.windowing import Window, WindowOptions
 from ..profiles import SnacProfile
-from ..windowing import Window, WindowOptions
-from . import WindowDefaults, ModelFamily, register_family
+from . import ModelFamily, WindowDefaults, register_family
 
 
 class SnacTrack:
@@ -44,7 +44,7 @@ class SnacFamily(ModelFamily):
         return options.snac_window
 
     def load_codec(self, codec_model: str, device: str) -> Codec:
-        from ..codecs.snac import SnacCodec
+        from ...codecs.snac import SnacCodec
 
         return SnacCodec.load(codec_model, device=device,
                               position_levels=self.profile.position_levels)

@@ -29,7 +29,7 @@ import collections
 from dataclasses import dataclass
 from typing import Callable
 
-from .validation import check_float, check_int
+from ..validation import check_float, check_int
 from .windowing import Window, WindowOptions
 
 BELOW_REAL_TIME = 0.97

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, Sequence
 
-from .validation import check_int_list, check_str
+from ..validation import check_int_list, check_str
 
 CodecKind = Literal["snac", "bicodec"]
 

@@ -17,17 +17,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
+from ..codecs.base import Codec
+from ..models.download import llm_location, local_checkpoint
+from ..models.families import ModelFamily, family_for
+from ..models.profiles import ModelProfile, check_cloned_voice, read_manifest, resolve_profile
+from ..settings import env_bool, env_float, env_int, env_str
 from .chunking import ChunkerOptions, chunk_text
-from .codecs.base import Codec
 from .engine import EngineOptions, SamplingOptions, VllmEngine
-from .download import llm_location, local_checkpoint
-from .families import ModelFamily, family_for
+from .pacing import PacingOptions
 from .parsing import TokenTable
-from .profiles import ModelProfile, check_cloned_voice, read_manifest, resolve_profile
 from .request_run import piece_seed
 from .scheduler import DecodeScheduler, SchedulerOptions
-from .pacing import PacingOptions
-from .settings import env_bool, env_float, env_int, env_str
 from .synthesis import AudioChunk, EmptyTextError, Synthesis
 from .windowing import WindowOptions
 

@@ -12,13 +12,13 @@ one module that subclasses ``ModelFamily`` and calls ``register_family``, plus a
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence
+from typing import Any, ClassVar, Protocol, Sequence
 
-from ..codecs.base import Codec, CodecInput
-from ..engine import SamplingOptions
-from ..pacing import PacingOptions
-from ..parsing import ParseStats, TokenTable
-from ..windowing import Window, WindowOptions
+from ...codecs.base import Codec, CodecInput
+from ...pipeline.engine import SamplingOptions
+from ...pipeline.pacing import PacingOptions
+from ...pipeline.parsing import ParseStats, TokenTable
+from ...pipeline.windowing import Window, WindowOptions
 
 
 class WindowDefaults(Protocol):

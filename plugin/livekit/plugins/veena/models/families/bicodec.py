@@ -14,13 +14,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..codecs.base import Codec, CodecInput
-from ..engine import SamplingOptions
-from ..pacing import PacingOptions
-from ..parsing import KIND_GLOBAL, KIND_SEMANTIC, KIND_STOP, BiCodecFramer, TokenTable
+from ...codecs.base import Codec, CodecInput
+from ...pipeline.engine import SamplingOptions
+from ...pipeline.pacing import PacingOptions
+from ...pipeline.parsing import KIND_GLOBAL, KIND_SEMANTIC, KIND_STOP, BiCodecFramer, TokenTable
+from ...pipeline.windowing import Window, WindowOptions
 from ..profiles import BiCodecProfile
-from ..windowing import Window, WindowOptions
-from . import WindowDefaults, InvalidGlobalsError, ModelFamily, register_family
+from . import InvalidGlobalsError, ModelFamily, WindowDefaults, register_family
 
 
 class BiCodecTrack:
@@ -63,13 +63,13 @@ class BiCodecFamily(ModelFamily):
         return options.bicodec_pacing
 
     def load_codec(self, codec_model: str, device: str) -> Codec:
-        from ..codecs.bicodec import BiCodecCodec
+        from ...codecs.bicodec import BiCodecCodec
 
         return BiCodecCodec.load(codec_model, device=device)
 
     def load_speaker_encoder(self, codec_model: str, device: str) -> Any:
-        from ..codecs.bicodec import bicodec_dir
-        from ..codecs.bicodec_speaker import BiCodecSpeakerEncoder
+        from ...codecs.bicodec import bicodec_dir
+        from ...codecs.bicodec_speaker import BiCodecSpeakerEncoder
 
         if not self.profile.clone_prompt_template:
             raise ValueError(f"model profile {self.profile.name} has no prompt for cloned voices")

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from .profiles import BiCodecProfile, SnacProfile
+from ..models.profiles import BiCodecProfile, SnacProfile
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .families import family_for
-from .profiles import CLONED_VOICE
+from ..models.families import family_for
+from ..models.profiles import CLONED_VOICE
 
 FORMAT_VERSION = 1
 

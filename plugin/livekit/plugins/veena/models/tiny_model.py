@@ -133,7 +133,7 @@ def _write_snac_codec(out: Path, seed: int) -> None:
     import torch
     from snac import SNAC
 
-    from .codecs.snac import SNAC_24KHZ_CONFIG
+    from ..codecs.snac import SNAC_24KHZ_CONFIG
 
     torch.manual_seed(seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -234,8 +234,8 @@ def _make_bicodec_model(profile: BiCodecProfile, out: Path, seed: int) -> None:
     import yaml
     from safetensors.torch import save_file
 
-    from .codecs.bicodec_model import DEFAULT_CONFIG, BiCodecDecoder
-    from .codecs.bicodec_speaker import DEFAULT_SPEAKER_CONFIG, BiCodecSpeakerEncoder
+    from ..codecs.bicodec_model import DEFAULT_CONFIG, BiCodecDecoder
+    from ..codecs.bicodec_speaker import DEFAULT_SPEAKER_CONFIG, BiCodecSpeakerEncoder
 
     control = list(dict.fromkeys([*_SPARK_CONTROL, *profile.stop_tokens]))
     audio = [profile.global_token_format.format(i) for i in range(profile.global_codebook_size)]

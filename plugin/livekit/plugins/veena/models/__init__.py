@@ -1,0 +1,3 @@
+"""What differs between models: per-model facts (``profiles``), the codec families that
+read them (``families``), fetching a checkpoint (``download``) and tiny random models with a
+real profile's token layout for tests (``tiny_model``)."""
