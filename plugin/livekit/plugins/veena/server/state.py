@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from ..models.families import InvalidGlobalsError
 from ..models.profiles import check_cloned_voice
-from ..pipeline.engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
+from ..pipeline.engine import (
+    EngineDeadError,
+    EngineError,
+    EngineStartingError,
+    SamplingOptions,
+)
 from ..pipeline.pipeline import Pipeline
 from ..pipeline.turn import TurnOptions, TurnTimeout
 from ..protocol import ERROR_CODES, SAMPLING_FIELDS
@@ -21,9 +26,6 @@ from ..voices.files import VoiceFile, voices_in
 from .admission import Admission, Overloaded
 from .metrics import ServerMetrics
 from .options import ServerOptions
-
-if TYPE_CHECKING:
-    from .websocket import Context
 
 STATE_KEY = web.AppKey("veena_state", object)
 
@@ -39,8 +41,9 @@ class ServerState:
             options.admission(pipeline.engine.options.max_num_seqs),
             on_change=self.metrics.on_admission, on_wait=self.metrics.stream_queue_wait.observe,
             on_reject=lambda reason: self.metrics.rejected.labels(reason).inc())
-        self.contexts: set[Context] = set()
-        """Every WebSocket context whose task has not ended, over all connections."""
+        self.contexts: set = set()
+        """Every WebSocket context (``contexts.Context``) whose task has not ended, over all
+        connections (kept here, not typed by it: contexts depend on this state, not back)."""
         self.connections = 0
         self.voices: dict[str, VoiceFile] = (
             voices_in(options.voices_dir, pipeline.profile) if options.voices_dir else {})
