@@ -1,5 +1,10 @@
 """OpenAI-compatible ``POST /v1/audio/speech`` (plus ``seed`` and ``sampling``).
 
+As OpenAI's clients use it: the six ``response_format`` values (MP3 by default),
+``speed`` as a pitch-preserving stretch, ``stream_format: "sse"`` (base64 audio deltas, then
+a done event). Every value this server cannot honour is refused with a 400 naming the valid
+ones, never dropped: ``instructions`` too, until a model can take a description.
+
 aiohttp does not cancel a handler whose client has gone (unless its runner is told to), so a
 non-streamed request would synthesize to its end, holding its stream slot, for nobody. The
 work runs as its own task and the handler watches the connection: once the client is gone
@@ -9,10 +14,10 @@ the work is cancelled (vLLM request aborted, decode windows dropped) and counted
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
-import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +30,10 @@ from ..pipeline.engine import EngineError
 from ..pipeline.stitching import to_int16
 from ..pipeline.turn import Turn, TurnOptions
 from ..protocol import ERROR_CODES, ProtocolError
-from ..validation import check_bool, check_float, check_str
+from ..validation import check_bool, check_str, is_number
 from .admission import Overloaded
+from .audio_formats import (AUDIO_FORMATS, DEFAULT_FORMAT, SPEED_RANGE, AudioEncoder,
+                            complete_wav)
 from .options import MAX_HTTP_BODY_BYTES
 from .state import ServerState, error_code, json_error, server_state, turn_options
 
@@ -37,11 +44,11 @@ CLIENT_CHECK_S = 0.25
 costs about 60 µs of CPU here: negligible per request)."""
 
 
-def wav_header(sample_rate: int, data_bytes: int = 0xFFFFFFFF - 36) -> bytes:
-    """A 16-bit mono WAV header; streamed responses use the 'unknown length' maximum."""
-    return (b"RIFF" + struct.pack("<I", min(36 + data_bytes, 0xFFFFFFFF)) + b"WAVE"
-            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
-            + b"data" + struct.pack("<I", data_bytes))
+STREAM_FORMATS = ("audio", "sse")
+"""OpenAI's ``stream_format``: the audio bytes themselves, or server-sent events."""
+
+SSE_CONTENT_TYPE = "text/event-stream"
+MAX_INSTRUCTIONS_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,57 @@ class _SpeechRequest:
     fmt: str
     stream: bool
     turn: TurnOptions
+    speed: float = 1.0
+    sse: bool = False
+
+
+def _shown(value: Any) -> str:
+    """A refused value as the client sent it, kept short for the error message."""
+    if isinstance(value, (str, int, float, bool)):
+        return json.dumps(value)[:64]
+    return "null" if value is None else type(value).__name__
+
+
+def _optional(body: dict, name: str, default: Any) -> Any:
+    """A field's value; absent or null stands for its default, as for every optional field."""
+    value = body.get(name)
+    return default if value is None else value
+
+
+def _choice(name: str, value: Any, valid: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in valid:
+        raise ProtocolError("bad_field",
+                            f"{name} must be one of {', '.join(valid)} (got {_shown(value)})")
+    return value
+
+
+def _speed(value: Any) -> float:
+    lo, hi = SPEED_RANGE
+    if value is None:
+        return 1.0
+    if not is_number(value) or not lo <= value <= hi:
+        raise ProtocolError("bad_field",
+                            f"speed must be a number from {lo} to {hi} (got {_shown(value)})")
+    return float(value)
+
+
+def _instructions(value: Any, state: ServerState) -> None:
+    """The one place ``instructions`` is decided. No model this server runs takes a
+    description of the voice yet; a profile that can (Maya1's) maps it here onto its prompt.
+    Until then a non-empty value is refused: dropping it would give a voice nobody asked for."""
+    if value is None or check_str("instructions", value, MAX_INSTRUCTIONS_CHARS).strip() == "":
+        return
+    raise ProtocolError(
+        "bad_field", f"instructions are not supported by this server's model "
+        f"({state.pipeline.profile.name}): it cannot be steered by a description; "
+        "leave instructions out and choose a voice instead")
+
+
+def _voice(value: Any) -> Any:
+    """OpenAI's custom-voice form ``{"id": name}`` names the same voice as ``name``."""
+    if isinstance(value, dict) and set(value) == {"id"}:
+        return value["id"]
+    return value
 
 
 def _speech_request(body: Any, state: ServerState) -> _SpeechRequest:
@@ -64,22 +122,38 @@ def _speech_request(body: Any, state: ServerState) -> _SpeechRequest:
         text.encode()
     except UnicodeEncodeError:
         raise ProtocolError("bad_field", "input is not valid Unicode") from None
-    fmt = body.get("response_format", "wav")
-    if not isinstance(fmt, str) or fmt not in ("wav", "pcm"):
-        raise ProtocolError("bad_field", "response_format must be 'wav' or 'pcm'")
+    fmt = _choice("response_format", _optional(body, "response_format", DEFAULT_FORMAT),
+                  tuple(AUDIO_FORMATS))
+    sse = _choice("stream_format", _optional(body, "stream_format", "audio"),
+                  STREAM_FORMATS) == "sse"
+    speed = _speed(body.get("speed"))
+    _instructions(body.get("instructions"), state)
     if not text.strip():
         raise ProtocolError("empty_input", "input is empty")
     if len(text) > opts.max_text_chars:
         raise ProtocolError("text_too_long", f"input is limited to {opts.max_text_chars} characters")
     if body.get("model") is not None:
         check_str("model", body["model"], max_len=1024)
-    if body.get("speed") is not None and check_float("speed", body["speed"], 0.25, 4.0) != 1.0:
-        raise ProtocolError("bad_field", "only speed 1.0 is supported")
-    stream = check_bool("stream", body.get("stream", False))
+    # server-sent events are a stream by nature, whatever ``stream`` says
+    stream = check_bool("stream", body.get("stream", False)) or sse
     sampling = body.get("sampling")
-    turn = turn_options(state, body.get("voice"), {} if sampling is None else sampling,
+    turn = turn_options(state, _voice(body.get("voice")), {} if sampling is None else sampling,
                         body.get("seed"), None)
-    return _SpeechRequest(text, fmt, stream, turn)
+    return _SpeechRequest(text, fmt, stream, turn, speed, sse)
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _audio_delta(data: bytes) -> bytes:
+    """OpenAI's ``speech.audio.delta``: a piece of the encoded audio, base64."""
+    return _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+
+
+_AUDIO_DONE = _sse({"type": "speech.audio.done",
+                    "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}})
+"""OpenAI's ``speech.audio.done``; tokens are not counted here (zeros)."""
 
 
 def client_gone(request: web.Request) -> bool:
@@ -158,14 +232,26 @@ async def _admitted_speech(request: web.Request, req: _SpeechRequest, state: Ser
 async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
                  ) -> web.StreamResponse:
     pipeline, metrics = state.pipeline, state.metrics
-    pcm_parts: list[bytes] = []
+    parts: list[bytes] = []
     response: web.StreamResponse | None = None
-    content_type = "audio/wav" if req.fmt == "wav" else "audio/pcm"
+    fmt = AUDIO_FORMATS[req.fmt]
+    encoder = AudioEncoder(fmt, pipeline.sample_rate, req.speed)
+    headers = {"Content-Type": SSE_CONTENT_TYPE if req.sse else fmt.content_type,
+               "X-Sample-Rate": str(encoder.sample_rate)}
     writes: asyncio.Queue = asyncio.Queue()
 
     async def texts():
         for piece in chunk_text(req.text, state.options.chunker):
             yield piece
+
+    async def send(data: bytes) -> None:
+        if not data:  # an encoder holding samples back for its next frame
+            return
+        if response is None:
+            parts.append(data)
+            return
+        await asyncio.wait_for(response.write(_audio_delta(data) if req.sse else data),
+                               state.options.slow_client_s)
 
     turn = Turn(pipeline, req.turn)
     metrics.active_streams.inc()
@@ -181,24 +267,20 @@ async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
     speaking = asyncio.create_task(turn.speak(texts(), push), name="veena-speech-turn")
     try:
         if req.stream:
-            response = web.StreamResponse(headers={"Content-Type": content_type,
-                                                   "X-Sample-Rate": str(pipeline.sample_rate)})
+            response = web.StreamResponse(headers=headers)
             response.enable_chunked_encoding()
             await response.prepare(request)
-            if req.fmt == "wav":
-                await response.write(wav_header(pipeline.sample_rate))
         while not (speaking.done() and writes.empty()):
             getter = asyncio.ensure_future(writes.get())
             await asyncio.wait({getter, speaking}, return_when=asyncio.FIRST_COMPLETED)
             if not getter.done():
                 getter.cancel()
                 continue
-            data = getter.result()
-            if response is not None:
-                await asyncio.wait_for(response.write(data), state.options.slow_client_s)
-            else:
-                pcm_parts.append(data)
+            await send(encoder.encode(getter.result()))
         await speaking  # raise a failure
+        await send(encoder.finish())
+        if req.sse and response is not None:
+            await asyncio.wait_for(response.write(_AUDIO_DONE), state.options.slow_client_s)
         metrics.finished.labels("done").inc()
     except (asyncio.CancelledError, ConnectionError, asyncio.TimeoutError):
         metrics.aborted.inc()
@@ -212,6 +294,7 @@ async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
             return json_error(code, str(e) or repr(e))
         raise
     finally:
+        encoder.close()
         metrics.active_streams.dec()
         if not speaking.done():
             speaking.cancel()
@@ -220,7 +303,6 @@ async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
     if response is not None:
         await response.write_eof()
         return response
-    pcm = b"".join(pcm_parts)
-    payload = (wav_header(pipeline.sample_rate, len(pcm)) + pcm) if req.fmt == "wav" else pcm
-    return web.Response(body=payload, content_type=content_type,
-                        headers={"X-Sample-Rate": str(pipeline.sample_rate)})
+    body = b"".join(parts)
+    return web.Response(body=complete_wav(body) if req.fmt == "wav" else body,
+                        headers=headers)
