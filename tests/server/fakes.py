@@ -52,6 +52,9 @@ class FakeEngine:
     def add_dead_listener(self, listener: Callable[[str], None]) -> None:
         self._dead_listeners.append(listener)
 
+    def remove_dead_listener(self, listener: Callable[[str], None]) -> None:
+        self._dead_listeners.remove(listener)
+
     def new_request_id(self, prefix: str = "fake") -> str:
         return f"{prefix}-{next(self._ids)}"
 

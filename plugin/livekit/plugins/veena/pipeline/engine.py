@@ -234,6 +234,11 @@ class VllmEngine:
         """Called once, with the reason, when the engine dies."""
         self._dead_listeners.append(listener)
 
+    def remove_dead_listener(self, listener: Callable[[str], None]) -> None:
+        """Undo ``add_dead_listener`` (a server app closing over a pipeline it does not own)."""
+        with contextlib.suppress(ValueError):
+            self._dead_listeners.remove(listener)
+
     @property
     def tokenizer(self):
         if self._tokenizer is None:

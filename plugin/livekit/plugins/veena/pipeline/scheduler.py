@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -141,6 +142,11 @@ class DecodeScheduler:
     def add_batch_listener(self, listener: Callable[[int, float, float], None]) -> None:
         """Called after every batch with (batch size, mean queue wait s, decode s)."""
         self._listeners.append(listener)
+
+    def remove_batch_listener(self, listener: Callable[[int, float, float], None]) -> None:
+        """Undo ``add_batch_listener`` (a server app closing over a pipeline it does not own)."""
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(listener)
 
     def cancel_request(self, request_id: str) -> int:
         """Drop every pending window of ``request_id``; return how many were dropped."""

@@ -30,7 +30,7 @@ __all__ = ["ENGINE_DEAD_EXIT_CODE", "ServerOptions", "create_app", "run_server"]
 
 logger = logging.getLogger(__name__)
 
-STOPPING_KEY = web.AppKey("veena_stopping", bool)
+WARM_KEY = web.AppKey("veena_warm", asyncio.Task)
 
 ENGINE_DEAD_EXIT_CODE = 3
 
@@ -53,10 +53,20 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
     app.router.add_get("/ready", health.ready)
     app.router.add_get("/metrics", health.metrics)
 
+    async def detach(_app: web.Application) -> None:
+        # the pipeline may be the caller's and outlive this app: leave it as it was found
+        pipeline.scheduler.remove_batch_listener(state.metrics.on_batch)
+        pipeline.engine.remove_dead_listener(state.on_engine_dead)
+
+    app.on_cleanup.append(detach)
+
+    stopping = False
+
     def stop_later(reason: str) -> None:
-        if app.get(STOPPING_KEY):
+        nonlocal stopping
+        if stopping:
             return
-        app[STOPPING_KEY] = True
+        stopping = True
         delay = state.options.engine_dead_exit_s
         logger.error("stopping the server in %.1f s so its supervisor can replace it", delay,
                      extra={"reason": reason})
@@ -71,9 +81,10 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
                 logger.error("the engine failed to start: %s", e)
                 stop_later(f"start failed: {e}")
 
-        _app["veena_warm"] = asyncio.create_task(start())
+        _app[WARM_KEY] = asyncio.create_task(start())
 
     async def close(_app: web.Application) -> None:
+        pipeline.engine.remove_dead_listener(stop_later)
         await pipeline.aclose()
 
     if own_pipeline:

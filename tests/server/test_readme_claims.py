@@ -1,0 +1,400 @@
+"""README claims of the server and the plugin's transport that no other test exercised, each
+on the fake engine (no vLLM): a flushed live context speaks before its end, the plugin's
+FLUSH and its cancel reach the server, the error codes end to end, VEENA_MAX_CONNECTIONS,
+X-Sample-Rate and the streamed WAV header, HTTP ``seed`` reproducibility, the output buffer's
+bound (not a send timeout) cutting off a client that stops reading, ``/ready`` 503 during
+start-up, exit code 3 after a failed start, the metrics' values after one stream, and a
+server that leaves a caller's pipeline as it found it."""
+
+import asyncio
+import contextlib
+import json
+import struct
+
+import aiohttp
+import numpy as np
+import pytest
+from aiohttp import web
+
+from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.engine import EngineError, EngineHealth, EngineStartingError
+from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+from livekit.plugins.veena.remote import FLUSH, RemoteClient
+from livekit.plugins.veena.server import app as app_module
+from livekit.plugins.veena.server.app import ServerOptions, create_app
+
+from .conftest import _free_port, metric, poll_until, serve
+from .fakes import FakeEngine, SilentCodec, fake_pipeline, fake_server
+from .rawws import RawWebSocket, text_frame
+from .test_contexts import Reader, speak
+from .test_slow_client import _open_non_reader
+
+GUARD_POLLS = 400  # a hang guard for the fake engine's tests, never a claim about speed
+HANG_GUARD_S = 60
+
+
+@contextlib.asynccontextmanager
+async def _pipeline(engine: FakeEngine, codec=None):
+    p = Pipeline(engine, codec or SilentCodec(), VEENA, PipelineOptions())
+    await p.start()
+    try:
+        yield p
+    finally:
+        await p.aclose()
+
+
+# --- isolation -------------------------------------------------------------------------------
+
+async def test_a_closed_server_app_leaves_the_callers_pipeline_as_it_found_it():
+    async with fake_pipeline() as p:
+        before = (len(p.scheduler._listeners), len(p.engine._dead_listeners))
+        for _ in range(2):
+            async with serve(p, ServerOptions()):
+                assert len(p.scheduler._listeners) == before[0] + 1
+            assert (len(p.scheduler._listeners), len(p.engine._dead_listeners)) == before
+
+
+# --- WebSocket flush, and the plugin's FLUSH and cancel --------------------------------------
+
+async def test_flush_speaks_a_live_contexts_buffered_text_before_its_end():
+    async with fake_server(ServerOptions()) as server:
+        r = Reader(await RawWebSocket.connect(server.port))
+        # no sentence mark: the chunker holds this text until a flush or the end
+        await r.ws.send_together([speak("a", "a few words with no sentence mark", True),
+                                  {"type": "flush", "context_id": "sentinel"}])
+        await poll_until(lambda: r.of("sentinel", "rejected"), "the sentinel's answer",
+                         polls=GUARD_POLLS)
+        assert server.engine.tokens_out == 0 and not r.audio
+        await r.ws.send_together([{"type": "flush", "context_id": "a"}])
+        await poll_until(lambda: r.audio.get("a"), "audio of the flushed text",
+                         polls=GUARD_POLLS)
+        assert not r.terminal("a")  # spoken while the context is still open
+        await r.ws.send_together([speak("a", "", False)])
+        await poll_until(lambda: r.terminal("a"), "a's end", polls=GUARD_POLLS)
+        assert [e["type"] for e in r.terminal("a")] == ["done"]
+        await r.stop()
+
+
+async def test_the_plugins_flush_reaches_the_server():
+    async with fake_server(ServerOptions()) as server:
+        client = RemoteClient(server.url)
+        heard = asyncio.Event()
+
+        async def texts():
+            yield "a few words with no sentence mark"
+            yield FLUSH
+            await heard.wait()  # the context stays open until the flushed text is heard
+
+        def push(pcm: bytes) -> None:
+            heard.set()
+
+        try:
+            await asyncio.wait_for(client.speak(texts(), {"sampling": {"max_tokens": 28}},
+                                                push, timeout=HANG_GUARD_S), HANG_GUARD_S)
+        finally:
+            await client.aclose()
+        assert heard.is_set()
+
+
+async def test_the_plugin_cancels_its_context_when_its_stream_is_closed_mid_speech():
+    async with fake_server(ServerOptions(), hold_after=2) as server:
+        client = RemoteClient(server.url)
+        heard = asyncio.Event()
+
+        async def texts():
+            yield "A sentence that will not be finished."
+
+        task = asyncio.create_task(client.speak(
+            texts(), {"sampling": {"max_tokens": 700}}, lambda pcm: heard.set(),
+            timeout=HANG_GUARD_S))
+        try:
+            await poll_until(lambda: server.engine.live, "the engine request",
+                             polls=GUARD_POLLS)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            async with aiohttp.ClientSession() as s:
+                async def cancelled() -> bool:
+                    return await metric(s, server.url,
+                                        'veena_requests_total{outcome="cancelled"}') >= 1
+                await poll_until(cancelled, "the context ended cancelled", polls=GUARD_POLLS)
+            # the socket is still open (pooled): only the cancel can have ended the context
+            assert server.state.connections == 1
+            await poll_until(server.idle, "slots and the engine request freed",
+                             polls=GUARD_POLLS)
+            assert server.engine.aborted
+        finally:
+            await client.aclose()
+
+
+# --- error codes end to end ------------------------------------------------------------------
+
+class _FailingEngine(FakeEngine):
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+    async def generate(self, prompt, sampling, request_id=None):
+        raise self.error
+        yield  # an async generator, as the real engine's
+
+
+class _StartingEngine(FakeEngine):
+    """An engine whose start outlasts every caller's wait."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = False
+
+    async def start(self, timeout=None) -> None:
+        raise EngineStartingError("the engine is still starting")
+
+
+async def _ws_error(url: str) -> dict:
+    async with aiohttp.ClientSession() as s, s.ws_connect(url + "/v1/stream") as ws:
+        await ws.send_json(speak("a", "Hello there.", False))
+        while True:
+            msg = await asyncio.wait_for(ws.receive(), HANG_GUARD_S)
+            assert msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY), msg
+            if msg.type == aiohttp.WSMsgType.TEXT and json.loads(msg.data)["type"] in (
+                    "done", "cancelled", "error"):
+                return json.loads(msg.data)
+
+
+@pytest.mark.parametrize("engine, code, retryable", [
+    (lambda: _FailingEngine(EngineError("vLLM said no")), "engine_error", True),
+    (lambda: _FailingEngine(KeyError("a bug")), "internal_error", True),
+    (lambda: _StartingEngine(), "starting", True),
+])
+async def test_a_failure_ends_the_context_with_its_code(engine, code, retryable):
+    e = engine()
+    p = Pipeline(e, SilentCodec(), VEENA, PipelineOptions())
+    try:
+        async with serve(p, ServerOptions()) as url:
+            event = await _ws_error(url)
+            assert (event["type"], event["code"], event["retryable"]) == ("error", code, retryable)
+            async with aiohttp.ClientSession() as s:
+                r = await s.post(url + "/v1/audio/speech", json={"input": "Hello there."})
+                body = await r.json()
+                assert body["error"]["code"] == code
+                assert r.status == {"engine_error": 502, "internal_error": 500,
+                                    "starting": 503}[code]
+    finally:
+        await p.aclose()
+
+
+async def test_a_stream_without_progress_ends_with_timeout():
+    # the engine never yields past its second frame: no progress, whatever the clock says
+    async with fake_server(ServerOptions(turn_timeout_s=0.2), hold_after=2) as server:
+        event = await _ws_error(server.url)
+        assert (event["code"], event["retryable"]) == ("timeout", True)
+        await poll_until(server.idle, "the stalled request freed", polls=GUARD_POLLS)
+
+
+# --- VEENA_MAX_CONNECTIONS -------------------------------------------------------------------
+
+async def test_connections_past_veena_max_connections_are_refused_at_the_handshake(monkeypatch):
+    monkeypatch.setenv("VEENA_MAX_CONNECTIONS", "1")
+    opts = ServerOptions.from_env()
+    assert opts.max_connections == 1
+    async with fake_server(opts) as server, aiohttp.ClientSession() as s:
+        async with s.ws_connect(server.ws_url):
+            await poll_until(lambda: server.state.connections == 1, "the first connection",
+                             polls=GUARD_POLLS)
+            with pytest.raises(aiohttp.WSServerHandshakeError) as e:
+                await s.ws_connect(server.ws_url)
+            assert e.value.status == 503
+            assert await metric(s, server.url,
+                                'veena_rejected_streams_total{reason="connections"}') == 1
+        await poll_until(lambda: server.state.connections == 0, "the first one closed",
+                         polls=GUARD_POLLS)
+        async with s.ws_connect(server.ws_url):  # room again
+            pass
+
+
+# --- POST /v1/audio/speech: X-Sample-Rate, streamed WAV header, seed -------------------------
+
+async def test_a_streamed_wav_says_its_rate_and_carries_the_unknown_length_header():
+    async with fake_server(ServerOptions()) as server, aiohttp.ClientSession() as s:
+        async with s.post(server.url + "/v1/audio/speech", json={
+                "input": "Hello there.", "response_format": "wav", "stream": True,
+                "sampling": {"max_tokens": 70}}) as r:
+            assert r.status == 200
+            assert r.headers["X-Sample-Rate"] == "24000"
+            assert r.headers.get("Transfer-Encoding") == "chunked"
+            data = await r.read()
+        riff, size, wave = struct.unpack("<4sI4s", data[:12])
+        assert (riff, wave) == (b"RIFF", b"WAVE") and size == 0xFFFFFFFF
+        channels, rate, _, _, bits = struct.unpack("<HIIHH", data[22:36])
+        assert (channels, rate, bits) == (1, 24000, 16)
+        assert data[36:40] == b"data"
+        assert struct.unpack("<I", data[40:44])[0] == 0xFFFFFFFF - 36
+        assert len(data) > 44
+        async with s.post(server.url + "/v1/audio/speech", json={
+                "input": "Hello there.", "response_format": "pcm",
+                "sampling": {"max_tokens": 70}}) as r:
+            assert r.headers["X-Sample-Rate"] == "24000"
+
+
+class _CodesCodec(SilentCodec):
+    """Audio that is a function of the codes (unlike silence), so sameness means something."""
+
+    def decode(self, batch):
+        return [np.repeat((b.codes.reshape(b.codes.shape[0], -1).sum(1) % 997) / 997 - 0.5,
+                          self.samples_per_step).astype(np.float32) for b in batch]
+
+
+async def test_the_same_http_seed_gives_the_same_bytes():
+    async with _pipeline(FakeEngine(), _CodesCodec()) as p, serve(p, ServerOptions()) as url, \
+            aiohttp.ClientSession() as s:
+        async def speech(seed: int) -> bytes:
+            async with s.post(url + "/v1/audio/speech", json={
+                    "input": "Hello there.", "response_format": "pcm", "seed": seed,
+                    "sampling": {"max_tokens": 70}}) as r:
+                assert r.status == 200
+                return await r.read()
+
+        first = await speech(7)
+        assert first and first == await speech(7)
+        assert first != await speech(8)  # the seed decides the bytes, not something fixed
+
+
+# --- the output buffer's bound ---------------------------------------------------------------
+
+async def test_a_client_that_stops_reading_is_cut_off_by_the_buffer_limit():
+    limit = 64 << 10
+    # the send timeout is an hour: only the bytes the client leaves unread can decide
+    opts = ServerOptions(slow_client_s=3600.0, max_connection_buffer_bytes=limit,
+                         socket_send_buffer_bytes=16 << 10)
+    async with fake_server(opts) as server, aiohttp.ClientSession() as s:
+        loop = asyncio.get_running_loop()
+        sock = await _open_non_reader(server.port)
+        try:
+            # 200 frames of 2048 samples: 800 KB of audio, far past every buffer
+            await loop.sock_sendall(sock, text_frame({
+                "type": "speak", "context_id": "a", "continue": False,
+                "text": "A long answer nobody is listening to.",
+                "sampling": {"max_tokens": 1400}}))
+            peak = 0
+
+            async def cut_off() -> bool:
+                nonlocal peak
+                peak = max(peak, await metric(s, server.url, "veena_buffered_bytes"))
+                return await metric(s, server.url, "veena_slow_clients_total") >= 1
+
+            await poll_until(cut_off, "the client cut off", polls=GUARD_POLLS)
+            assert peak <= limit
+            await poll_until(server.idle, "its context and engine request freed",
+                             polls=GUARD_POLLS)
+            assert await metric(s, server.url, 'veena_requests_total{outcome="slow_client"}') == 1
+            assert server.engine.aborted
+        finally:
+            sock.close()
+
+
+# --- start-up: /ready 503 while starting, exit code 3 after a failed start -------------------
+
+class _SlowStartEngine(FakeEngine):
+    """Starts when the test opens ``gate``; fails to start if ``fail`` is set."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.started = False
+        self.fail = fail
+        self.health = EngineHealth("starting")
+        self.start_gate = asyncio.Event() if not fail else None
+
+    async def start(self, timeout=None) -> None:
+        if self.fail:
+            self.health = EngineHealth("failed", "no GPU here")
+            raise EngineError("no GPU here")
+        await self.start_gate.wait()
+        self.started, self.health = True, EngineHealth("ready")
+
+
+async def test_ready_answers_503_while_the_engine_starts_and_200_once_it_has():
+    engine = _SlowStartEngine()
+    p = Pipeline(engine, SilentCodec(), VEENA, PipelineOptions())
+    app = create_app(p, ServerOptions(), own_pipeline=True)  # starts its pipeline itself
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(url + "/ready") as r:
+                assert r.status == 503 and (await r.json())["status"] == "starting"
+            async with s.get(url + "/health") as r:
+                assert r.status == 200  # alive while starting
+            engine.start_gate.set()
+
+            async def ready() -> bool:
+                async with s.get(url + "/ready") as r:
+                    return r.status == 200
+            await poll_until(ready, "/ready 200 after the start", polls=GUARD_POLLS)
+            assert await metric(s, url, "veena_engine_up") == 1
+    finally:
+        await runner.cleanup()
+
+
+def test_serve_exits_3_when_the_engine_fails_to_start(monkeypatch):
+    # run_server as `veena-tts serve` runs it, over an engine whose start fails
+    monkeypatch.setenv("VEENA_ENGINE_DEAD_EXIT_S", "0")
+    made = []
+
+    def from_model(model, profile=None):
+        made.append(Pipeline(_SlowStartEngine(fail=True), SilentCodec(), VEENA,
+                             PipelineOptions()))
+        return made[0]
+
+    monkeypatch.setattr(app_module.Pipeline, "from_model", staticmethod(from_model))
+    assert app_module.run_server("fake", profile=None, host="127.0.0.1",
+                                 port=_free_port()) == app_module.ENGINE_DEAD_EXIT_CODE == 3
+    assert made[0].engine.health.state == "failed"
+
+
+# --- metric values after one stream ----------------------------------------------------------
+
+async def _metrics(s, url: str) -> dict[str, float]:
+    async with s.get(url + "/metrics") as r:
+        text = await r.text()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line and not line.startswith("#")}
+
+
+async def test_metrics_have_sensible_values_after_one_stream():
+    async with fake_server(ServerOptions(), hold_after=2) as server, \
+            aiohttp.ClientSession() as s:
+        r = Reader(await RawWebSocket.connect(server.port))
+        await r.ws.send_together([speak("a", "Hello there, one sentence.", False,
+                                        sampling={"max_tokens": 70})])
+        await poll_until(lambda: server.engine.live, "the engine request", polls=GUARD_POLLS)
+        m = await _metrics(s, server.url)  # while the stream holds its slot
+        assert m["veena_active_streams"] == 1 and m["veena_admitted_streams"] == 1
+        assert m["veena_queued_streams"] == 0 and m["veena_connections"] == 1
+        assert m["veena_engine_up"] == 1
+        server.engine.gate.set()
+        await poll_until(lambda: r.terminal("a"), "a's end", polls=GUARD_POLLS)
+        assert [e["type"] for e in r.terminal("a")] == ["done"]
+        await poll_until(server.idle, "a freed", polls=GUARD_POLLS)
+        m = await _metrics(s, server.url)
+        assert m['veena_requests_total{outcome="done"}'] == 1
+        assert m["veena_first_audio_seconds_count"] == 1 and m["veena_first_audio_seconds_sum"] > 0
+        assert m["veena_real_time_factor_count"] == 1 and m["veena_real_time_factor_sum"] > 0
+        assert m["veena_stream_queue_wait_seconds_count"] == 1
+        assert m["veena_stream_queue_wait_seconds_sum"] >= 0
+        batches = m["veena_decode_batch_size_count"]
+        assert batches >= 1 and m["veena_decode_batch_size_sum"] >= batches
+        assert m["veena_decode_queue_wait_seconds_count"] == batches
+        assert m["veena_decode_queue_wait_seconds_sum"] >= 0
+        assert m["veena_active_streams"] == 0 and m["veena_admitted_streams"] == 0
+        assert m["veena_buffered_bytes"] == 0
+        assert m["veena_aborted_requests_total"] == 0 and m["veena_slow_clients_total"] == 0
+        assert not [k for k, v in m.items() if k.startswith("veena_rejected_streams_total{")
+                    and v]
+        await r.stop()
+        await r.ws.close()
+        await poll_until(lambda: server.state.connections == 0, "the socket closed",
+                         polls=GUARD_POLLS)
+        assert (await _metrics(s, server.url))["veena_connections"] == 0
