@@ -10,32 +10,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from dataclasses import dataclass, replace
 
 from livekit.agents import (
-    APIConnectionError,
     APIConnectOptions,
-    APIError,
-    APITimeoutError,
     tokenize,
     tts,
-    utils,
 )
-from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr, TimedString
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr
 from livekit.agents.utils import is_given
 
 from .log import logger
 from .models.families import family_for
-from .models.profiles import ModelProfile, check_cloned_voice, get_profile
+from .models.profiles import ModelProfile, get_profile
+from .options import TTSOptions, check_voice
 from .pipeline.chunking import ChunkerOptions
-from .pipeline.engine import EngineDeadError, EngineError, EngineStartingError, SamplingOptions
 from .pipeline.pipeline import Pipeline
-from .pipeline.sentences import SentenceTokenizer, sentences
-from .pipeline.stitching import to_int16
+from .pipeline.sentences import SentenceTokenizer
 from .pipeline.transcripts import word_timings
-from .pipeline.turn import Turn, TurnOptions, TurnTimeout
-from .remote import FLUSH, RemoteClient
+from .pipeline.turn import Turn
+from .remote import RemoteClient
 from .settings import env_float, env_int
+from .streams import ChunkedStream, SynthesizeStream, _push_words, _VoiceOfStream
 from .validation import check_float, check_int
 from .voices.files import VoiceFile, is_voice_path, load_voice
 
@@ -53,63 +48,6 @@ def shared_pipeline(model: str, profile: str | ModelProfile | None = None) -> Pi
     return _PIPELINES[key]
 
 
-@dataclass
-class _TTSOptions:
-    voice: str
-    temperature: float
-    top_p: float
-    top_k: int
-    repetition_penalty: float
-    max_tokens_per_chunk: int | None
-    seed: int | None
-    """None: each turn draws its own seed and keeps it for all its chunks."""
-    tokenizer: tokenize.SentenceTokenizer
-    text_pacing: tts.SentenceStreamPacer | None
-    """Hold pieces back while enough audio is buffered (less generation wasted on an
-    interruption)."""
-    chunk_crossfade_ms: float
-    max_chunks_in_flight: int
-    startup_timeout: float
-    voice_scope: str
-    """``call``: every stream of the TTS speaks with the speaker globals its first stream
-    captured; ``turn``: each stream captures its own."""
-
-    @property
-    def server_chunks(self) -> bool:
-        """A server chunks raw text exactly as our default tokenizer would: send it as is."""
-        return type(self.tokenizer) is SentenceTokenizer and self.text_pacing is None
-
-    def sampling(self, base: SamplingOptions) -> SamplingOptions:
-        return replace(base, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                       repetition_penalty=self.repetition_penalty,
-                       max_tokens=self.max_tokens_per_chunk).validate()
-
-    def remote_message(self, speaker_globals: tuple[int, ...] | None) -> dict:
-        """Voice, seed, sampling (and a call's speaker globals) as the first message of a
-        server context carries them."""
-        sampling = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                    "repetition_penalty": self.repetition_penalty}
-        if self.max_tokens_per_chunk is not None:
-            sampling["max_tokens"] = self.max_tokens_per_chunk
-        message = {"voice": self.voice, "seed": self.seed, "sampling": sampling}
-        if speaker_globals is not None:
-            message["speaker_globals"] = list(speaker_globals)
-        return message
-
-    def turn(self, pipeline: Pipeline, timeout: float,
-             speaker_globals: tuple[int, ...] | None) -> TurnOptions:
-        return TurnOptions(voice=self.voice, sampling=self.sampling(pipeline.default_sampling()),
-                           seed=self.seed, speaker_globals=speaker_globals,
-                           chunk_crossfade_ms=self.chunk_crossfade_ms,
-                           max_chunks_in_flight=self.max_chunks_in_flight, timeout=timeout,
-                           startup_timeout=self.startup_timeout)
-
-
-def _check_voice(profile: ModelProfile, voice: str, voice_file: VoiceFile | None) -> str:
-    """A profile voice, or a cloned voice's "" together with its voice file."""
-    voice = profile.check_voice(voice)
-    check_cloned_voice(voice, voice_file.speaker_globals if voice_file else None)
-    return voice
 
 
 class TTS(tts.TTS):
@@ -192,8 +130,8 @@ class TTS(tts.TTS):
         if is_given(voice) and isinstance(voice, str) and is_voice_path(voice):
             self._voice_file = load_voice(voice, prof)
             voice = self._voice_file.voice
-        self._opts = _TTSOptions(
-            voice=_check_voice(prof, voice if is_given(voice) else prof.default_voice,
+        self._opts = TTSOptions(
+            voice=check_voice(prof, voice if is_given(voice) else prof.default_voice,
                                self._voice_file),
             temperature=temperature if is_given(temperature) else base.temperature,
             top_p=top_p if is_given(top_p) else base.top_p,
@@ -219,7 +157,7 @@ class TTS(tts.TTS):
         self._streams: "set[SynthesizeStream]" = set()
         self._prewarm_task: asyncio.Task | None = None
 
-    def _validate(self, opts: _TTSOptions) -> None:
+    def _validate(self, opts: TTSOptions) -> None:
         """Every option by type and range (ValueError) before any engine work."""
         opts.sampling(family_for(self._profile).default_sampling())
         if opts.seed is not None:
@@ -277,7 +215,7 @@ class TTS(tts.TTS):
             if isinstance(changes["voice"], str) and is_voice_path(changes["voice"]):
                 voice_file = load_voice(changes["voice"], self._profile)
                 changes["voice"] = voice_file.voice
-            _check_voice(self._profile, changes["voice"], voice_file)
+            check_voice(self._profile, changes["voice"], voice_file)
         opts = dataclasses.replace(self._opts, **changes)
         self._validate(opts)
         self._opts = opts
@@ -296,16 +234,16 @@ class TTS(tts.TTS):
         (a voice file's globals stay until ``update_options(voice=...)``)."""
         self._call_globals = None
 
-    def _call_voice(self, opts: _TTSOptions) -> tuple[int, ...] | None:
+    def _call_voice(self, opts: TTSOptions) -> tuple[int, ...] | None:
         if self._voice_file is not None:
             return self._voice_file.speaker_globals
         return self._call_globals if opts.voice_scope == "call" else None
 
-    def _keep_voice(self, opts: _TTSOptions, speaker_globals: tuple[int, ...]) -> None:
+    def _keep_voice(self, opts: TTSOptions, speaker_globals: tuple[int, ...]) -> None:
         if opts.voice_scope == "call" and self._call_globals is None:
             self._call_globals = tuple(speaker_globals)
 
-    def _keeper(self, opts: _TTSOptions, stream: "_VoiceOfStream"):
+    def _keeper(self, opts: TTSOptions, stream: "_VoiceOfStream"):
         """What to do with the speaker globals a stream captures: note them on the stream,
         and keep them as the call's voice (``voice_scope="call"``)."""
         def captured(speaker_globals: tuple[int, ...]) -> None:
@@ -314,7 +252,7 @@ class TTS(tts.TTS):
 
         return captured
 
-    def _new_turn(self, opts: _TTSOptions, timeout: float, stream: "_VoiceOfStream",
+    def _new_turn(self, opts: TTSOptions, timeout: float, stream: "_VoiceOfStream",
                   emitter: tts.AudioEmitter) -> Turn:
         """A turn with the call's voice (if any); the voice it captures is kept, and each
         chunk's words go out as timed transcripts."""
@@ -325,7 +263,7 @@ class TTS(tts.TTS):
             emitter, [(w.text, w.start, w.end) for w in word_timings(text, a, b)])
         return turn
 
-    async def _speak_remote(self, opts: _TTSOptions, texts, emitter: tts.AudioEmitter,
+    async def _speak_remote(self, opts: TTSOptions, texts, emitter: tts.AudioEmitter,
                             timeout: float, stream: "_VoiceOfStream",
                             on_started=lambda: None) -> None:
         """One server context with the call's voice (if any); the voice it captures is kept."""
@@ -382,130 +320,3 @@ class TTS(tts.TTS):
             self._prewarm_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._prewarm_task
-
-
-def _push_words(emitter: tts.AudioEmitter, words) -> None:
-    """Timed words (text, start s, end s) for ``AgentSession(use_tts_aligned_transcript=True)``."""
-    if words:
-        emitter.push_timed_transcript(
-            [TimedString(text, start_time=a, end_time=b) for text, a, b in words])
-
-
-def _map_error(e: BaseException, audio_pushed: bool) -> APIError:
-    if isinstance(e, APIError):
-        return e
-    if isinstance(e, (TurnTimeout, EngineStartingError)):
-        return APITimeoutError(str(e), retryable=not audio_pushed)
-    if isinstance(e, EngineDeadError):  # nothing will succeed on this engine again
-        return APIConnectionError(str(e), retryable=False)
-    if isinstance(e, EngineError):
-        return APIConnectionError(str(e), retryable=not audio_pushed)
-    return APIConnectionError(f"veena synthesis failed: {e!r}", retryable=not audio_pushed)
-
-
-class _VoiceOfStream:
-    speaker_globals: tuple[int, ...] | None = None
-    """The speaker globals this stream spoke with (BiCodec), once known."""
-
-
-class ChunkedStream(_VoiceOfStream, tts.ChunkedStream):
-    """``synthesize(text)``: the same chunked, pipelined turn over a complete text."""
-
-    def __init__(self, *, tts: TTS, input_text: str, conn_options: APIConnectOptions) -> None:
-        super().__init__(tts=tts, input_text=input_text, conn_options=conn_options)
-        self._tts: TTS = tts
-        self._opts = dataclasses.replace(tts._opts)
-
-    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        output_emitter.initialize(
-            request_id=utils.shortuuid(),
-            sample_rate=await self._tts._learn_sample_rate(self._conn_options.timeout),
-            num_channels=1, mime_type="audio/pcm", stream=False,
-        )
-        if self._tts.remote is not None:
-            async def whole():
-                if self._opts.server_chunks:
-                    yield self._input_text  # the server's chunker is the same as ours
-                    return
-                for piece in self._opts.tokenizer.tokenize(self._input_text):
-                    yield piece
-                    yield FLUSH
-
-            await self._tts._speak_remote(self._opts, whole(), output_emitter,
-                                          self._conn_options.timeout, self)
-            output_emitter.flush()
-            return
-        push = lambda pcm: output_emitter.push(to_int16(pcm).tobytes())  # noqa: E731
-
-        async def texts():
-            for chunk in self._opts.tokenizer.tokenize(self._input_text):
-                if chunk.strip():
-                    yield chunk
-
-        turn = self._tts._new_turn(self._opts, self._conn_options.timeout, self, output_emitter)
-        try:
-            await turn.speak(texts(), push)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            raise _map_error(e, turn.audio_pushed) from e
-        output_emitter.flush()
-
-
-class SynthesizeStream(_VoiceOfStream, tts.SynthesizeStream):
-    """``stream()``: LLM deltas in, one segment of audio out, chunk by chunk."""
-
-    def __init__(self, *, tts: TTS, conn_options: APIConnectOptions) -> None:
-        super().__init__(tts=tts, conn_options=conn_options)
-        self._tts: TTS = tts
-        self._opts = dataclasses.replace(tts._opts)
-
-    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        request_id = utils.shortuuid()
-        output_emitter.initialize(
-            request_id=request_id,
-            sample_rate=await self._tts._learn_sample_rate(self._conn_options.timeout),
-            num_channels=1, mime_type="audio/pcm", stream=True,
-        )
-        output_emitter.start_segment(segment_id=utils.shortuuid())
-        async def deltas():
-            async for data in self._input_ch:
-                yield None if isinstance(data, self._FlushSentinel) else data
-
-        # every piece of the stream goes into this one segment: a flush only forces out
-        # what the tokenizer holds, it never opens a second segment
-        texts = sentences(deltas(), self._opts.tokenizer, self._opts.text_pacing, output_emitter)
-        if self._tts.remote is not None:
-            async def remote_texts():
-                if self._opts.server_chunks:  # the server chunks the raw deltas itself
-                    async for delta in deltas():
-                        yield FLUSH if delta is None else delta
-                    return
-                async for piece in texts:
-                    yield piece
-                    yield FLUSH
-
-            try:
-                async with contextlib.aclosing(texts):
-                    await self._tts._speak_remote(self._opts, remote_texts(), output_emitter,
-                                                  self._conn_options.timeout, self,
-                                                  self._mark_started)
-            finally:
-                self._tts._streams.discard(self)
-            output_emitter.end_segment()
-            return
-        push = lambda pcm: output_emitter.push(to_int16(pcm).tobytes())  # noqa: E731
-        turn = self._tts._new_turn(self._opts, self._conn_options.timeout, self, output_emitter)
-        turn.on_request_started = self._mark_started
-        try:
-            async with contextlib.aclosing(texts):
-                await turn.speak(texts, push)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            raise _map_error(e, turn.audio_pushed) from e
-        finally:
-            logger.debug("stream turn closed", extra={"request_id": request_id,
-                                                      "engine_requests": turn.request_ids})
-            self._tts._streams.discard(self)
-        output_emitter.end_segment()
