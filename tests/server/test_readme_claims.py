@@ -9,7 +9,10 @@ server that leaves a caller's pipeline as it found it."""
 import asyncio
 import contextlib
 import json
+import os
 import struct
+import subprocess
+import sys
 
 import aiohttp
 import numpy as np
@@ -398,3 +401,13 @@ async def test_metrics_have_sensible_values_after_one_stream():
         await poll_until(lambda: server.state.connections == 0, "the socket closed",
                          polls=GUARD_POLLS)
         assert (await _metrics(s, server.url))["veena_connections"] == 0
+
+
+def test_serve_on_a_model_that_cannot_be_loaded_exits_3_with_one_error_line(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VEENA_ENGINE_DEAD_EXIT_S="0")
+    proc = subprocess.run(
+        [sys.executable, "-m", "livekit.plugins.veena.cli", "serve", "--model",
+         str(tmp_path / "no-such-model"), "--port", str(_free_port())],
+        env=env, capture_output=True, text=True, timeout=600)  # a hang guard only
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr

@@ -101,8 +101,13 @@ def _raise_exit() -> None:
 
 
 def run_server(model: str, *, profile: str | None, host: str, port: int) -> int:
-    """Serve until stopped; exit code ``ENGINE_DEAD_EXIT_CODE`` when the engine died."""
-    pipeline = Pipeline.from_model(model, profile=profile)
+    """Serve until stopped; exit code ``ENGINE_DEAD_EXIT_CODE`` when the engine died or the
+    server could not start (model or codec not loadable, engine start failed)."""
+    try:
+        pipeline = Pipeline.from_model(model, profile=profile)
+    except Exception as e:  # a model or codec that cannot be loaded is a failed start too
+        logger.error("cannot load the model: %s", e, extra={"model": model})
+        return ENGINE_DEAD_EXIT_CODE
     logger.info("serving", extra={"model": model, "host": host, "port": port})
     web.run_app(create_app(pipeline), host=host, port=port, print=None)
     if pipeline.engine.health.state in ("dead", "failed"):
