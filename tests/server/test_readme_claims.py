@@ -411,3 +411,33 @@ def test_serve_on_a_model_that_cannot_be_loaded_exits_3_with_one_error_line(tmp_
         env=env, capture_output=True, text=True, timeout=600)  # a hang guard only
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+# --- the plugin itself (remote mode): flush() speaks, aclose() cancels ---------------------
+
+async def test_a_plugin_stream_flushes_live_text_and_its_aclose_cancels_on_the_server():
+    from livekit.plugins import veena
+
+    async with fake_server(ServerOptions(), hold_after=8) as server, \
+            aiohttp.ClientSession() as s:
+        t = veena.TTS(base_url=server.ws_url, max_tokens_per_chunk=700)
+        stream = t.stream()
+        try:
+            stream.push_text("a few words with no sentence mark")
+            stream.flush()  # no end_input: only the flush can make the server speak
+            first = await asyncio.wait_for(stream.__anext__(), HANG_GUARD_S)
+            assert first.frame.samples_per_channel > 0
+            assert server.engine.live  # still speaking: held by the engine's gate
+            await stream.aclose()
+
+            async def cancelled() -> bool:
+                return await metric(s, server.url,
+                                    'veena_requests_total{outcome="cancelled"}') >= 1
+            await poll_until(cancelled, "the context ended cancelled", polls=GUARD_POLLS)
+            assert server.state.connections == 1  # pooled socket open: the cancel ended it
+            await poll_until(server.idle, "slots and the engine request freed",
+                             polls=GUARD_POLLS)
+            assert server.engine.aborted
+        finally:
+            await stream.aclose()
+            await t.aclose()
