@@ -21,7 +21,7 @@ from livekit.plugins.veena.protocol import (
     waiting_event,
 )
 from livekit.plugins.veena.remote import server_error
-from livekit.plugins.veena.tts import _map_error
+from livekit.plugins.veena.streams import _map_error
 
 
 def test_client_messages_round_trip_through_the_server_parser():
