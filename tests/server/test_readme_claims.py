@@ -269,15 +269,16 @@ async def test_a_client_that_stops_reading_is_cut_off_by_the_buffer_limit():
     # the send timeout is an hour: only the bytes the client leaves unread can decide
     opts = ServerOptions(slow_client_s=3600.0, max_connection_buffer_bytes=limit,
                          socket_send_buffer_bytes=16 << 10)
-    async with fake_server(opts) as server, aiohttp.ClientSession() as s:
+    # the engine holds after 300 frames of 2048 samples (1.2 MB of audio, far past every
+    # buffer): the request is still running when the client is cut off, and must be aborted
+    async with fake_server(opts, hold_after=300) as server, aiohttp.ClientSession() as s:
         loop = asyncio.get_running_loop()
         sock = await _open_non_reader(server.port)
         try:
-            # 200 frames of 2048 samples: 800 KB of audio, far past every buffer
             await loop.sock_sendall(sock, text_frame({
                 "type": "speak", "context_id": "a", "continue": False,
-                "text": "A long answer nobody is listening to.",
-                "sampling": {"max_tokens": 1400}}))
+                "text": "A long answer nobody is listening to. " * 4,
+                "sampling": {"max_tokens": 2800}}))
             peak = 0
 
             async def cut_off() -> bool:
