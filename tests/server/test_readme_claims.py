@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 
 from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.chunking import ChunkerOptions
 from livekit.plugins.veena.pipeline.engine import EngineError, EngineHealth, EngineStartingError
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.remote import FLUSH, RemoteClient
@@ -266,18 +267,22 @@ async def test_the_same_http_seed_gives_the_same_bytes():
 
 async def test_a_client_that_stops_reading_is_cut_off_by_the_buffer_limit():
     limit = 64 << 10
-    # the send timeout is an hour: only the bytes the client leaves unread can decide
+    # the send timeout is an hour: only the bytes the client leaves unread can decide; one
+    # chunk (one engine request) whose budget is past the engine's hold after 300 frames of
+    # 2048 samples (1.2 MB of audio, far past every buffer): the request is still running
+    # when the client is cut off, so it must be aborted
+    text = "a long answer nobody is listening to " * 6 + "."
     opts = ServerOptions(slow_client_s=3600.0, max_connection_buffer_bytes=limit,
-                         socket_send_buffer_bytes=16 << 10)
-    # the engine holds after 300 frames of 2048 samples (1.2 MB of audio, far past every
-    # buffer): the request is still running when the client is cut off, and must be aborted
+                         socket_send_buffer_bytes=16 << 10,
+                         chunker=ChunkerOptions(first_min_chars=len(text),
+                                                first_max_chars=len(text),
+                                                min_chars=len(text), max_chars=len(text)))
     async with fake_server(opts, hold_after=300) as server, aiohttp.ClientSession() as s:
         loop = asyncio.get_running_loop()
         sock = await _open_non_reader(server.port)
         try:
             await loop.sock_sendall(sock, text_frame({
-                "type": "speak", "context_id": "a", "continue": False,
-                "text": "A long answer nobody is listening to. " * 4,
+                "type": "speak", "context_id": "a", "continue": False, "text": text,
                 "sampling": {"max_tokens": 2800}}))
             peak = 0
 
@@ -291,7 +296,8 @@ async def test_a_client_that_stops_reading_is_cut_off_by_the_buffer_limit():
             await poll_until(server.idle, "its context and engine request freed",
                              polls=GUARD_POLLS)
             assert await metric(s, server.url, 'veena_requests_total{outcome="slow_client"}') == 1
-            assert server.engine.aborted
+            assert len(server.engine.aborted) == 1  # the one request, stopped before its end
+            assert server.engine.tokens_out <= 300 * 7
         finally:
             sock.close()
 
