@@ -40,8 +40,8 @@ async def metric(session, url: str, name: str) -> float:
 
 
 @contextlib.asynccontextmanager
-async def serve(pipeline, options: ServerOptions):
-    """An in-process server on a free loopback port over ``pipeline``; yields its URL."""
+async def serve_app(pipeline, options: ServerOptions):
+    """An in-process server on a free loopback port over ``pipeline``; yields (URL, app)."""
     app = create_app(pipeline, options, own_pipeline=False)
     runner = web.AppRunner(app)
     await runner.setup()
@@ -49,9 +49,16 @@ async def serve(pipeline, options: ServerOptions):
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", app
     finally:
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def serve(pipeline, options: ServerOptions):
+    """An in-process server on a free loopback port over ``pipeline``; yields its URL."""
+    async with serve_app(pipeline, options) as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="session")

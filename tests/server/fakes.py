@@ -150,18 +150,9 @@ class FakeServer:
 @contextlib.asynccontextmanager
 async def fake_server(options, **engine_kw):
     """``create_app`` over ``fake_pipeline(**engine_kw)`` on a free loopback port."""
-    from aiohttp import web
-    from livekit.plugins.veena.server.app import create_app
     from livekit.plugins.veena.server.state import STATE_KEY
 
-    async with fake_pipeline(**engine_kw) as p:
-        app = create_app(p, options, own_pipeline=False)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        try:
-            yield FakeServer(f"http://127.0.0.1:{port}", app[STATE_KEY], p)
-        finally:
-            await runner.cleanup()
+    from .conftest import serve_app
+
+    async with fake_pipeline(**engine_kw) as p, serve_app(p, options) as (url, app):
+        yield FakeServer(url, app[STATE_KEY], p)
