@@ -12,7 +12,14 @@ from __future__ import annotations
 import logging
 import os
 
-from livekit.agents import Agent, AgentSession, JobContext, JobProcess, WorkerOptions, cli
+from livekit.agents import (
+    Agent,
+    AgentSession,
+    JobContext,
+    JobProcess,
+    WorkerOptions,
+    cli,
+)
 from livekit.agents.types import NOT_GIVEN
 from livekit.plugins import openai, silero, veena
 

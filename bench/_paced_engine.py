@@ -11,8 +11,13 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Sequence
 
 import numpy as np
+
 from livekit.plugins.veena.models.profiles import VEENA
-from livekit.plugins.veena.pipeline.engine import EngineHealth, EngineOptions, SamplingOptions
+from livekit.plugins.veena.pipeline.engine import (
+    EngineHealth,
+    EngineOptions,
+    SamplingOptions,
+)
 
 
 class _Tokenizer:

@@ -16,6 +16,7 @@ import time
 import numpy as np
 import torch
 from _common import report, setup
+
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
 from livekit.plugins.veena.pipeline.windowing import WindowOptions, WindowPlanner

@@ -15,8 +15,9 @@ from dataclasses import replace
 
 import numpy as np
 from _common import listen, report, setup
+
 from livekit.plugins.veena.models.tiny_model import make_tiny_model
-from livekit.plugins.veena.pipeline.engine import EngineOptions
+from livekit.plugins.veena.pipeline.engine_options import EngineOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions
 

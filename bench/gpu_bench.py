@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from _common import report, setup
+
 from livekit.plugins.veena.codecs.snac import SnacCodec
 from livekit.plugins.veena.models.families import register_family
 from livekit.plugins.veena.models.families.snac import SnacFamily, SnacTrack
@@ -32,7 +33,11 @@ from livekit.plugins.veena.models.tiny_model import (
     snac_vocab_size,
     write_snac_tokenizer,
 )
-from livekit.plugins.veena.pipeline.engine import EngineOptions, SamplingOptions, VllmEngine
+from livekit.plugins.veena.pipeline.engine import (
+    EngineOptions,
+    SamplingOptions,
+    VllmEngine,
+)
 from livekit.plugins.veena.pipeline.parsing import ParseStats, TokenTable
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import report, setup
+
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.models.tiny_model import write_snac_tokenizer
 from livekit.plugins.veena.pipeline.parsing import SnacFramer, TokenTable

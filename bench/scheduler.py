@@ -21,9 +21,10 @@ import numpy as np
 import torch
 from _common import listen, report, setup
 from _paced_engine import PacedEngine
+
 from livekit.plugins.veena.codecs.snac import SnacCodec
 from livekit.plugins.veena.models.profiles import VEENA
-from livekit.plugins.veena.pipeline.engine import SamplingOptions
+from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions
 

@@ -16,8 +16,9 @@ from _common import report, setup
 from aiohttp import web
 from livekit.agents import APIConnectOptions, APIStatusError
 from livekit.plugins import veena
+
 from livekit.plugins.veena.models.tiny_model import make_tiny_model
-from livekit.plugins.veena.pipeline.engine import EngineOptions
+from livekit.plugins.veena.pipeline.engine_options import EngineOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline
 from livekit.plugins.veena.server.app import ServerOptions, create_app
 

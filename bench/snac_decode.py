@@ -13,6 +13,7 @@ import time
 import numpy as np
 import torch
 from _common import report, setup
+
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.snac import SnacCodec
 from livekit.plugins.veena.pipeline.stitching import Stitcher

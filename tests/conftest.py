@@ -8,10 +8,11 @@ import logging
 import sys
 
 import pytest
+
 from livekit.plugins.veena.codecs.snac import SnacCodec
 from livekit.plugins.veena.models import families, profiles
 from livekit.plugins.veena.models.tiny_model import make_tiny_model
-from livekit.plugins.veena.pipeline.engine import EngineOptions
+from livekit.plugins.veena.pipeline.engine_options import EngineOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
 logging.getLogger("vllm").setLevel(logging.WARNING)

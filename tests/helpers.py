@@ -7,9 +7,14 @@ import contextlib
 import threading
 
 import numpy as np
+
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.pipeline.stitching import Stitcher
-from livekit.plugins.veena.pipeline.windowing import Window, WindowOptions, WindowPlanner
+from livekit.plugins.veena.pipeline.windowing import (
+    Window,
+    WindowOptions,
+    WindowPlanner,
+)
 
 
 def same_audio(got, want) -> bool:

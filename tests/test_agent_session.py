@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 from livekit.agents import Agent, AgentSession
-
 from livekit.plugins import veena
+
 from livekit.plugins.veena.pipeline.chunking import chunk_text
 
 from .helpers import engine_settled

@@ -8,6 +8,7 @@ import pytest
 from livekit.agents import Agent, AgentSession
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 from livekit.plugins import veena
+
 from livekit.plugins.veena.pipeline.transcripts import word_timings
 from livekit.plugins.veena.server.app import ServerOptions
 

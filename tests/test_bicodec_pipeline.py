@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from livekit.plugins import veena
+
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.pipeline.chunking import ChunkerOptions, TextChunker
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
@@ -107,7 +108,7 @@ async def official_spark(tmp_path_factory):
     """A third engine, for this module only: ``LLM/`` beside ``BiCodec/``, free generation."""
     from livekit.plugins.veena.models.download import llm_location
     from livekit.plugins.veena.models.tiny_model import make_tiny_model
-    from livekit.plugins.veena.pipeline.engine import EngineOptions
+    from livekit.plugins.veena.pipeline.engine_options import EngineOptions
 
     root = str(make_tiny_model(tmp_path_factory.mktemp("tiny-spark"), "spark", seed=0))
     p = veena.Pipeline.from_model(

@@ -1,7 +1,12 @@
 """Text chunker: fast first chunk, sentence chunks, Indic ends, no false sentence ends."""
 
 import pytest
-from livekit.plugins.veena.pipeline.chunking import ChunkerOptions, TextChunker, chunk_text
+
+from livekit.plugins.veena.pipeline.chunking import (
+    ChunkerOptions,
+    TextChunker,
+    chunk_text,
+)
 
 
 def _stream(text, opts=ChunkerOptions(), step=3):

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
 from livekit.plugins.veena.models.download import DownloadError, download_model
 
 SHA = "0" * 40

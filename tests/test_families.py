@@ -9,11 +9,21 @@ from typing import Sequence
 
 import numpy as np
 import pytest
+
 from livekit.plugins.veena.codecs.base import CodecInput
-from livekit.plugins.veena.models.families import ModelFamily, family_for, register_family
+from livekit.plugins.veena.models.families import (
+    ModelFamily,
+    family_for,
+    register_family,
+)
 from livekit.plugins.veena.models.profiles import VEENA, SamplingDefaults, _Voices
-from livekit.plugins.veena.pipeline.engine import SamplingOptions
-from livekit.plugins.veena.pipeline.parsing import KIND_AUDIO, KIND_STOP, ParseStats, TokenTable
+from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
+from livekit.plugins.veena.pipeline.parsing import (
+    KIND_AUDIO,
+    KIND_STOP,
+    ParseStats,
+    TokenTable,
+)
 from livekit.plugins.veena.pipeline.pipeline import Pipeline
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
 from livekit.plugins.veena.pipeline.windowing import WindowOptions

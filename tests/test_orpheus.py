@@ -5,10 +5,11 @@ START_OF_SPEECH; stop on END_OF_SPEECH 128258). The tiny SNAC-layout tokenizer a
 Llama-3's does."""
 
 import pytest
+from transformers import AutoTokenizer
+
 from livekit.plugins.veena.models.profiles import ORPHEUS, VEENA
 from livekit.plugins.veena.models.tiny_model import write_snac_tokenizer
 from livekit.plugins.veena.pipeline.pipeline import Pipeline
-from transformers import AutoTokenizer
 
 
 @pytest.fixture(scope="module")

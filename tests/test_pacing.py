@@ -6,7 +6,12 @@ stuttering."""
 import heapq
 
 import pytest
-from livekit.plugins.veena.pipeline.pacing import AdaptivePlanner, PacingOptions, window_sizes
+
+from livekit.plugins.veena.pipeline.pacing import (
+    AdaptivePlanner,
+    PacingOptions,
+    window_sizes,
+)
 from livekit.plugins.veena.pipeline.windowing import WindowOptions, WindowPlanner
 
 STEP_S = 2048 / 24000  # one SNAC frame

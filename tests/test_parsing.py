@@ -1,7 +1,12 @@
 """Token table and SNAC framer: O(1) lookups, one bad frame skipped on its own."""
 
 from livekit.plugins.veena.models.profiles import VEENA
-from livekit.plugins.veena.pipeline.parsing import KIND_AUDIO, KIND_STOP, SnacFramer, TokenTable
+from livekit.plugins.veena.pipeline.parsing import (
+    KIND_AUDIO,
+    KIND_STOP,
+    SnacFramer,
+    TokenTable,
+)
 
 BASE = VEENA.audio_token_base
 
@@ -40,8 +45,13 @@ def test_stop_token_ends_parsing():
 # --- BiCodec side (the continuation interface; the decoder lands with its own issue) ---
 
 import pytest  # noqa: E402
+
 from livekit.plugins.veena.models.profiles import VEENA3  # noqa: E402
-from livekit.plugins.veena.pipeline.parsing import KIND_GLOBAL, KIND_SEMANTIC, BiCodecFramer  # noqa: E402
+from livekit.plugins.veena.pipeline.parsing import (  # noqa: E402
+    KIND_GLOBAL,
+    KIND_SEMANTIC,
+    BiCodecFramer,
+)
 
 
 def _spark_vocab():

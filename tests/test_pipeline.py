@@ -5,8 +5,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from livekit.plugins.veena.codecs.base import CodecInput
-from livekit.plugins.veena.pipeline.engine import SamplingOptions
+from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
 from livekit.plugins.veena.pipeline.pipeline import (
     EmptyTextError,
     Pipeline,

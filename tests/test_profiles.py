@@ -4,6 +4,7 @@
 from pathlib import Path
 
 import pytest
+
 from livekit.plugins.veena.models.download import llm_location
 from livekit.plugins.veena.models.families import family_for
 from livekit.plugins.veena.models.profiles import (
@@ -132,7 +133,8 @@ def test_spark_voices_sampling_and_limits():
 
 def test_spark_generates_freely_and_veena3_is_constrained():
     import numpy as np
-    from livekit.plugins.veena.pipeline.engine import SamplingOptions
+
+    from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
     from livekit.plugins.veena.pipeline.parsing import (
         KIND_GLOBAL,
         KIND_SEMANTIC,

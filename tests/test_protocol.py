@@ -5,7 +5,12 @@ import json
 
 import pytest
 from livekit.agents import APIConnectionError, APIStatusError, APITimeoutError
-from livekit.plugins.veena.pipeline.engine import EngineDeadError, EngineError, EngineStartingError
+
+from livekit.plugins.veena.pipeline.engine import (
+    EngineDeadError,
+    EngineError,
+    EngineStartingError,
+)
 from livekit.plugins.veena.protocol import (
     ERROR_CODES,
     ProtocolError,

@@ -7,7 +7,6 @@ import re
 import pytest
 from aiohttp import web
 from livekit.agents import APIConnectOptions, APIStatusError, APITimeoutError
-
 from livekit.plugins import veena
 
 

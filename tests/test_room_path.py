@@ -8,7 +8,6 @@ import os
 import numpy as np
 import pytest
 from livekit import rtc
-
 from livekit.plugins import veena
 
 pytestmark = pytest.mark.engine

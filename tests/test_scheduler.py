@@ -5,6 +5,7 @@ import threading
 
 import numpy as np
 import pytest
+
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.pipeline.scheduler import DecodeScheduler, SchedulerOptions
 

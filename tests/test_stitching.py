@@ -6,6 +6,7 @@ whole signal. The bounds below leave a margin of about 10x.
 """
 
 import numpy as np
+
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.pipeline.pacing import window_sizes
 from livekit.plugins.veena.pipeline.stitching import Stitcher, crossfade, to_int16
@@ -67,6 +68,7 @@ def test_crossfade_and_int16():
 
 def test_stitcher_rejects_gaps():
     import pytest
+
     from livekit.plugins.veena.pipeline.windowing import Window
 
     s = Stitcher(SPF, 0)

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 from livekit.agents import Agent, AgentSession, tokenize, tts
-
 from livekit.plugins import veena
+
 from livekit.plugins.veena.pipeline.chunking import chunk_text
 
 from .livekit_fakes import CapturingAudioOutput, ScriptedLLM

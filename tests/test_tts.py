@@ -5,6 +5,7 @@ import asyncio
 import pytest
 from livekit.agents import APIConnectionError, APIConnectOptions
 from livekit.plugins import veena
+
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.chunking import ChunkerOptions, TextChunker
 from livekit.plugins.veena.pipeline.engine import EngineOptions, VllmEngine

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
 
 from .helpers import engine_settled

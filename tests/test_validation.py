@@ -6,9 +6,15 @@ import math
 import numpy as np
 import pytest
 from livekit.plugins import veena
+
 from livekit.plugins.veena.models.profiles import VEENA3
-from livekit.plugins.veena.pipeline.engine import SamplingOptions
-from livekit.plugins.veena.validation import check_float, check_int, check_int_list, is_int
+from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
+from livekit.plugins.veena.validation import (
+    check_float,
+    check_int,
+    check_int_list,
+    is_int,
+)
 
 POISON = [1.5, True, False, "7", None, [], {}, math.nan, math.inf]
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
+
 from livekit.plugins.veena import cli
 from livekit.plugins.veena.codecs.bicodec_speaker import (
     PREFIXES,
@@ -24,8 +26,10 @@ from livekit.plugins.veena.codecs.bicodec_speaker import (
 )
 from livekit.plugins.veena.models.profiles import CLONED_VOICE, VEENA3
 from livekit.plugins.veena.voices.files import clone_voice, load_voice
-from livekit.plugins.veena.voices.reference_clip import ReferenceClipError, load_reference_clip
-from safetensors.torch import load_file, save_file
+from livekit.plugins.veena.voices.reference_clip import (
+    ReferenceClipError,
+    load_reference_clip,
+)
 
 from .helpers import record_voices
 
@@ -236,6 +240,7 @@ def test_cli_clone(tiny_spark_dir, tiny_model_dir, tmp_path, capsys):
 async def test_plugin_speaks_a_cloned_voice_file_in_process_and_remote(spark_pipeline, tmp_path,
                                                                        monkeypatch):
     from livekit.plugins import veena
+
     from livekit.plugins.veena.server.app import ServerOptions
 
     from .server.conftest import serve

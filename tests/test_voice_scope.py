@@ -4,8 +4,8 @@ through the server); ``turn`` scope captures per stream; ``reset_voice()`` start
 
 import pytest
 from livekit.agents import tts
-
 from livekit.plugins import veena
+
 from livekit.plugins.veena.server.app import ServerOptions
 
 from .server.conftest import serve

@@ -9,6 +9,7 @@ import re
 import aiohttp
 import pytest
 from livekit.plugins import veena
+
 from livekit.plugins.veena import cli
 from livekit.plugins.veena.models.profiles import VEENA, VEENA3
 from livekit.plugins.veena.pipeline.pipeline import Pipeline

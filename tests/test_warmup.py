@@ -8,8 +8,8 @@ import os
 import psutil
 import pytest
 from livekit.agents import APIConnectOptions, APITimeoutError
-
 from livekit.plugins import veena
+
 from livekit.plugins.veena import tts as veena_tts
 
 pytestmark = pytest.mark.engine

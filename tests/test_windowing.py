@@ -1,6 +1,7 @@
 """Window planning: every step is kept exactly once, in order, with bounded context."""
 
 import pytest
+
 from livekit.plugins.veena.pipeline.windowing import WindowOptions, WindowPlanner
 
 

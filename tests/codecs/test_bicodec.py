@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from safetensors.torch import save_file
+
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
 from livekit.plugins.veena.codecs.bicodec_model import DEFAULT_CONFIG
 from livekit.plugins.veena.pipeline.pacing import window_sizes
 from livekit.plugins.veena.pipeline.windowing import WindowOptions
-from safetensors.torch import save_file
 
 from ..helpers import decode_windows, every_size_windows, windowed_decode
 

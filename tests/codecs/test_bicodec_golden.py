@@ -16,12 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
+
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
-from livekit.plugins.veena.codecs.bicodec_speaker import BiCodecSpeakerEncoder, volume_normalize
+from livekit.plugins.veena.codecs.bicodec_speaker import (
+    BiCodecSpeakerEncoder,
+    volume_normalize,
+)
 from livekit.plugins.veena.pipeline.windowing import WindowOptions
 from livekit.plugins.veena.voices.reference_clip import load_reference_clip
-from safetensors.torch import load_file, save_file
 
 from ..helpers import windowed_decode
 

@@ -7,12 +7,17 @@ import copy
 import numpy as np
 import pytest
 import torch
-from livekit.plugins.veena.codecs.base import CodecInput
-from livekit.plugins.veena.codecs.snac import SNAC_24KHZ_CONFIG, SnacCodec, _KeyedNoiseBlock
-from livekit.plugins.veena.models.profiles import ORPHEUS, VEENA
-from livekit.plugins.veena.pipeline.parsing import SnacFramer, TokenTable
 from snac import SNAC
 from snac.layers import NoiseBlock
+
+from livekit.plugins.veena.codecs.base import CodecInput
+from livekit.plugins.veena.codecs.snac import (
+    SNAC_24KHZ_CONFIG,
+    SnacCodec,
+    _KeyedNoiseBlock,
+)
+from livekit.plugins.veena.models.profiles import ORPHEUS, VEENA
+from livekit.plugins.veena.pipeline.parsing import SnacFramer, TokenTable
 
 # hubertsiuzdak/snac_24khz config.json, as published on the model hub
 HUB_SNAC_24KHZ = {

@@ -130,7 +130,9 @@ def _build(official, config_path: Path, ecapa_channels: int | None = ECAPA_CHANN
     from spark_tts_lib.modules.encoder_decoder.feat_encoder import Encoder
     from spark_tts_lib.modules.encoder_decoder.wave_generator import WaveGenerator
     from spark_tts_lib.modules.speaker.speaker_encoder import SpeakerEncoder
-    from spark_tts_lib.modules.vq.factorized_vector_quantize import FactorizedVectorQuantize
+    from spark_tts_lib.modules.vq.factorized_vector_quantize import (
+        FactorizedVectorQuantize,
+    )
 
     cfg = file.load_config(str(config_path))["audio_tokenizer"]
     speaker = SpeakerEncoder(**cfg["speaker_encoder"])

@@ -15,8 +15,13 @@ import time
 from typing import AsyncIterator, Callable, Sequence
 
 import numpy as np
+
 from livekit.plugins.veena.models.profiles import VEENA
-from livekit.plugins.veena.pipeline.engine import EngineHealth, EngineOptions, SamplingOptions
+from livekit.plugins.veena.pipeline.engine import (
+    EngineHealth,
+    EngineOptions,
+    SamplingOptions,
+)
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
 

@@ -4,7 +4,11 @@ import asyncio
 
 import pytest
 
-from livekit.plugins.veena.server.admission import Admission, AdmissionOptions, Overloaded
+from livekit.plugins.veena.server.admission import (
+    Admission,
+    AdmissionOptions,
+    Overloaded,
+)
 
 
 async def _settle():

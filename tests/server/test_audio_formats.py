@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 
 from livekit.plugins.veena.server.audio_formats import (
-    AUDIO_FORMATS, AudioEncoder, atempo_stages, complete_wav)
+    AUDIO_FORMATS,
+    AudioEncoder,
+    atempo_stages,
+    complete_wav,
+)
 
 RATE = 24000
 

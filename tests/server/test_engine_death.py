@@ -11,10 +11,10 @@ import aiohttp
 import psutil
 import pytest
 from livekit.agents import APIConnectOptions, APIError
-
 from livekit.plugins import veena
-from livekit.plugins.veena.server.app import ENGINE_DEAD_EXIT_CODE
+
 from livekit.plugins.veena.protocol import decode_audio
+from livekit.plugins.veena.server.app import ENGINE_DEAD_EXIT_CODE
 
 from .conftest import poll_until, spawn_server
 

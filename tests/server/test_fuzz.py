@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from livekit.plugins.veena.pipeline.engine import SamplingOptions
+
+from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
 from livekit.plugins.veena.protocol import ERROR_CODES, decode_audio
 from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.server.options import MAX_HTTP_BODY_BYTES

@@ -7,10 +7,10 @@ import aiohttp
 import numpy as np
 import pytest
 from livekit.agents import APIConnectOptions, tts
-
 from livekit.plugins import veena
-from livekit.plugins.veena.server.app import ServerOptions
+
 from livekit.plugins.veena.protocol import decode_audio
+from livekit.plugins.veena.server.app import ServerOptions
 
 from ..helpers import engine_settled, same_audio
 from .conftest import metric, poll_until, serve

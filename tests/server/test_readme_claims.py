@@ -21,7 +21,11 @@ from aiohttp import web
 
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.chunking import ChunkerOptions
-from livekit.plugins.veena.pipeline.engine import EngineError, EngineHealth, EngineStartingError
+from livekit.plugins.veena.pipeline.engine import (
+    EngineError,
+    EngineHealth,
+    EngineStartingError,
+)
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.remote import FLUSH, RemoteClient
 from livekit.plugins.veena.server import app as app_module

@@ -3,8 +3,8 @@ profile: a plugin that assumed the default (Veena, 24 kHz) speaking to a BiCodec
 (16 kHz) emits 16 kHz frames and reports 16 kHz."""
 
 import pytest
-
 from livekit.plugins import veena
+
 from livekit.plugins.veena.server.app import ServerOptions
 
 from .conftest import serve

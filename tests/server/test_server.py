@@ -8,8 +8,8 @@ import aiohttp
 import numpy as np
 import pytest
 from livekit.agents import APIConnectOptions, APIStatusError
-
 from livekit.plugins import veena
+
 from livekit.plugins.veena.protocol import decode_audio
 
 from ..helpers import engine_settled, same_audio

@@ -6,7 +6,6 @@ import signal
 
 import pytest
 from livekit.agents import APIConnectionError, APIConnectOptions, APITimeoutError
-
 from livekit.plugins import veena
 
 from .conftest import spawn_server

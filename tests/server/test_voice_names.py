@@ -10,6 +10,7 @@ import threading
 
 import aiohttp
 import pytest
+
 from livekit.plugins.veena.models.profiles import CLONED_VOICE
 from livekit.plugins.veena.server import voice_routes
 from livekit.plugins.veena.server.app import ServerOptions

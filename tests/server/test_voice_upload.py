@@ -8,6 +8,7 @@ import struct
 import aiohttp
 import numpy as np
 import pytest
+
 from livekit.plugins.veena.models.profiles import CLONED_VOICE, VEENA3
 from livekit.plugins.veena.protocol import speak_message
 from livekit.plugins.veena.server.app import ServerOptions

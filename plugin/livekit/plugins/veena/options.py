@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from livekit.agents import tokenize, tts
 
 from .models.profiles import ModelProfile, check_cloned_voice
-from .pipeline.engine import SamplingOptions
+from .pipeline.engine_options import SamplingOptions
 from .pipeline.pipeline import Pipeline
 from .pipeline.sentences import SentenceTokenizer
 from .pipeline.turn import TurnOptions

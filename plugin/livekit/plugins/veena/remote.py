@@ -11,11 +11,24 @@ import contextlib
 from typing import Any, AsyncIterable, Callable
 
 import aiohttp
-from livekit.agents import APIConnectionError, APIError, APIStatusError, APITimeoutError, utils
+from livekit.agents import (
+    APIConnectionError,
+    APIError,
+    APIStatusError,
+    APITimeoutError,
+    utils,
+)
 
 from .log import logger
-from .protocol import (ERROR_CODES, ProtocolError, cancel_message, decode_audio, flush_message,
-                       parse_server_event, speak_message)
+from .protocol import (
+    ERROR_CODES,
+    ProtocolError,
+    cancel_message,
+    decode_audio,
+    flush_message,
+    parse_server_event,
+    speak_message,
+)
 from .validation import is_int
 
 FLUSH = object()

@@ -13,141 +13,13 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import AsyncIterator, Callable, Sequence
 
-from ..settings import env_bool, env_float, env_int, env_str
-from ..validation import check_float, check_int, check_int_list, is_int
+from ..validation import check_int_list
+from .engine_options import MAX_TOKEN_ID, EngineOptions, SamplingOptions
 
 logger = logging.getLogger(__name__)
-
-_MAX_TOKENS = 1 << 20
-_MAX_TOKEN_ID = (1 << 31) - 1
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """How vLLM is started. Every field has an environment variable (see ``.env.example``)."""
-
-    model: str
-    tokenizer: str | None = None
-    dtype: str = "auto"
-    max_model_len: int = 4096
-    gpu_memory_utilization: float = 0.85
-    cpu_kvcache_space_gib: int = 1
-    """vLLM CPU only: KV-cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``)."""
-    enforce_eager: bool = False
-    seed: int = 0
-    tensor_parallel_size: int = 1
-    max_num_seqs: int = 64
-    load_format: str = "auto"
-    """"dummy" gives random weights without reading any (benchmarks at real model size)."""
-    startup_timeout_s: float = 600.0
-    """How long a request waits for the engine to finish starting before it fails with a
-    clear ``starting`` error (the start itself goes on)."""
-
-    @classmethod
-    def from_env(cls, model: str | None = None, **overrides) -> "EngineOptions":
-        """Defaults suit the machine: without CUDA, vLLM-CPU needs a small memory share
-        (it sees only part of the node) and runs eager."""
-        cpu = not _has_cuda()
-        values = dict(
-            model=model or env_str("VEENA_MODEL", ""),
-            dtype=env_str("VEENA_DTYPE", cls.dtype),
-            max_model_len=env_int("VEENA_MAX_MODEL_LEN", cls.max_model_len),
-            gpu_memory_utilization=env_float(
-                "VEENA_GPU_MEMORY_UTILIZATION", 0.3 if cpu else cls.gpu_memory_utilization
-            ),
-            cpu_kvcache_space_gib=env_int("VEENA_CPU_KVCACHE_GIB", cls.cpu_kvcache_space_gib),
-            enforce_eager=env_bool("VEENA_ENFORCE_EAGER", cpu or cls.enforce_eager),
-            seed=env_int("VEENA_ENGINE_SEED", cls.seed),
-            tensor_parallel_size=env_int("VEENA_TENSOR_PARALLEL_SIZE", cls.tensor_parallel_size),
-            max_num_seqs=env_int("VEENA_MAX_NUM_SEQS", cls.max_num_seqs),
-            load_format=env_str("VEENA_LOAD_FORMAT", cls.load_format),
-            startup_timeout_s=env_float("VEENA_STARTUP_TIMEOUT_S", cls.startup_timeout_s),
-        )
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-
-@dataclass(frozen=True)
-class SamplingOptions:
-    """Sampling for one request; validated before any engine work."""
-
-    temperature: float = 0.4
-    top_p: float = 0.9
-    top_k: int = -1
-    repetition_penalty: float = 1.05
-    max_tokens: int | None = None
-    """None: the pipeline derives a budget from the text length."""
-    min_tokens: int = 0
-    seed: int | None = None
-    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
-    allowed_token_ids: tuple[int, ...] | None = None
-    """Restrict generation to these ids (BiCodec: globals, then semantic tokens only)."""
-
-    def validate(self) -> "SamplingOptions":
-        """Check every field by type and range (ValueError naming them all).
-
-        Types matter as much as ranges: vLLM's engine core decodes requests with msgspec,
-        and a bool or float where it expects an int kills it for every client."""
-        problems = []
-
-        def check(fn, *args, **kw) -> None:
-            try:
-                fn(*args, **kw)
-            except ValueError as e:
-                problems.append(str(e))
-
-        check(check_float, "temperature", self.temperature, 0.0, 2.0)
-        check(check_float, "top_p", self.top_p, 0.0, 1.0, lo_open=True)
-        check(check_int, "top_k", self.top_k, -1, 1 << 20)
-        if is_int(self.top_k) and self.top_k == 0:
-            problems.append("top_k must be -1 (off) or >= 1, got 0")
-        check(check_float, "repetition_penalty", self.repetition_penalty, 0.5, 2.0)
-        if self.max_tokens is not None:
-            check(check_int, "max_tokens", self.max_tokens, 1, _MAX_TOKENS)
-        check(check_int, "min_tokens", self.min_tokens, 0, _MAX_TOKENS)
-        if (is_int(self.min_tokens) and is_int(self.max_tokens)
-                and self.min_tokens > self.max_tokens):
-            problems.append(f"min_tokens must be <= max_tokens, got {self.min_tokens} > {self.max_tokens}")
-        if self.seed is not None:
-            check(check_int, "seed", self.seed, 0, 2**63 - 1)
-        check(check_int_list, "stop_token_ids", self.stop_token_ids, 0, _MAX_TOKEN_ID)
-        if self.allowed_token_ids is not None:
-            check(check_int_list, "allowed_token_ids", self.allowed_token_ids, 0, _MAX_TOKEN_ID)
-        if problems:
-            raise ValueError("invalid sampling options: " + "; ".join(problems))
-        return self
-
-    def to_vllm(self):
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        return SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k if self.top_k > 0 else 0,
-            repetition_penalty=self.repetition_penalty,
-            max_tokens=self.max_tokens,
-            min_tokens=self.min_tokens,
-            seed=self.seed,
-            stop_token_ids=list(self.stop_token_ids),
-            allowed_token_ids=list(self.allowed_token_ids) if self.allowed_token_ids else None,
-            detokenize=False,
-            skip_special_tokens=False,
-            output_kind=RequestOutputKind.DELTA,
-        )
-
-
-def _has_cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return False
-
 
 class EngineError(RuntimeError):
     """A request failed in the engine; transient (the plugin maps it onto a retryable
@@ -356,7 +228,7 @@ class VllmEngine:
         caller validated before."""
         params = sampling.validate().to_vllm()
         prompt = {"prompt_token_ids": list(check_int_list(
-            "prompt_token_ids", prompt_token_ids, 0, _MAX_TOKEN_ID))}
+            "prompt_token_ids", prompt_token_ids, 0, MAX_TOKEN_ID))}
         if not prompt["prompt_token_ids"]:
             raise ValueError("prompt_token_ids is empty")
         await self.start()

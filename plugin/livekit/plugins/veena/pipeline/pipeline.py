@@ -20,7 +20,12 @@ from typing import Sequence
 from ..codecs.base import Codec
 from ..models.download import llm_location, local_checkpoint
 from ..models.families import ModelFamily, family_for
-from ..models.profiles import ModelProfile, check_cloned_voice, read_manifest, resolve_profile
+from ..models.profiles import (
+    ModelProfile,
+    check_cloned_voice,
+    read_manifest,
+    resolve_profile,
+)
 from ..settings import env_bool, env_float, env_int, env_str
 from .chunking import ChunkerOptions, chunk_text
 from .engine import EngineOptions, SamplingOptions, VllmEngine

@@ -16,7 +16,7 @@ from typing import AsyncIterator
 
 import numpy as np
 
-from .engine import SamplingOptions
+from .engine_options import SamplingOptions
 from .request_run import RequestRun, RunHost
 from .stitching import to_int16
 from .timings import Timings

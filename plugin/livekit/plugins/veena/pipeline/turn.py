@@ -18,7 +18,7 @@ from typing import AsyncIterable, Callable
 
 import numpy as np
 
-from .engine import SamplingOptions
+from .engine_options import SamplingOptions
 from .pipeline import EmptyTextError, Pipeline
 from .stitching import ChunkJoiner
 

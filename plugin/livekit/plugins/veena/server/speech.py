@@ -32,8 +32,13 @@ from ..pipeline.turn import Turn, TurnOptions
 from ..protocol import ERROR_CODES, ProtocolError
 from ..validation import check_bool, check_str, is_number
 from .admission import Overloaded
-from .audio_formats import (AUDIO_FORMATS, DEFAULT_FORMAT, SPEED_RANGE, AudioEncoder,
-                            complete_wav)
+from .audio_formats import (
+    AUDIO_FORMATS,
+    DEFAULT_FORMAT,
+    SPEED_RANGE,
+    AudioEncoder,
+    complete_wav,
+)
 from .options import MAX_HTTP_BODY_BYTES
 from .state import ServerState, error_code, json_error, server_state, turn_options
 

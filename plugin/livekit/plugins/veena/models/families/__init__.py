@@ -15,7 +15,7 @@ import importlib
 from typing import Any, ClassVar, Protocol, Sequence
 
 from ...codecs.base import Codec, CodecInput
-from ...pipeline.engine import SamplingOptions
+from ...pipeline.engine_options import SamplingOptions
 from ...pipeline.pacing import PacingOptions
 from ...pipeline.parsing import ParseStats, TokenTable
 from ...pipeline.windowing import Window, WindowOptions

@@ -15,9 +15,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...codecs.base import Codec, CodecInput
-from ...pipeline.engine import SamplingOptions
+from ...pipeline.engine_options import SamplingOptions
 from ...pipeline.pacing import PacingOptions
-from ...pipeline.parsing import KIND_GLOBAL, KIND_SEMANTIC, KIND_STOP, BiCodecFramer, TokenTable
+from ...pipeline.parsing import (
+    KIND_GLOBAL,
+    KIND_SEMANTIC,
+    KIND_STOP,
+    BiCodecFramer,
+    TokenTable,
+)
 from ...pipeline.windowing import Window, WindowOptions
 from ..profiles import BiCodecProfile
 from . import InvalidGlobalsError, ModelFamily, WindowDefaults, register_family
