@@ -15,9 +15,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from livekit.plugins.veena import cli
-from livekit.plugins.veena.codecs.bicodec_speaker import (
-    PREFIXES,
-    BiCodecSpeakerEncoder,
+from livekit.plugins.veena.codecs.bicodec_speaker import PREFIXES, BiCodecSpeakerEncoder
+from livekit.plugins.veena.codecs.speaker_frontend import (
     MelSpectrogram,
     _hz_to_mel,
     _mel_to_hz,

@@ -20,10 +20,8 @@ from safetensors.torch import load_file, save_file
 
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
-from livekit.plugins.veena.codecs.bicodec_speaker import (
-    BiCodecSpeakerEncoder,
-    volume_normalize,
-)
+from livekit.plugins.veena.codecs.bicodec_speaker import BiCodecSpeakerEncoder
+from livekit.plugins.veena.codecs.speaker_frontend import volume_normalize
 from livekit.plugins.veena.pipeline.windowing import WindowOptions
 from livekit.plugins.veena.voices.reference_clip import load_reference_clip
 

@@ -8,7 +8,7 @@ The clip is then read as Spark-TTS reads a reference (``sparktts/utils/audio.py`
 ``load_audio``): float64 samples as soundfile gives them, channel 0 of a multi-channel file
 (not a mix), other rates resampled with soxr at "VHQ", and no clipping. The length and
 silence limits are ours (Spark takes any clip); the volume rule follows in the speaker
-encoder (``codecs.bicodec_speaker.volume_normalize``).
+encoder (``codecs.speaker_frontend.volume_normalize``).
 """
 
 from __future__ import annotations
