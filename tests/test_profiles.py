@@ -45,7 +45,7 @@ def test_overrides_and_lookup():
     custom = with_overrides(VEENA, voices=("asha",), default_voice="asha")
     assert custom.check_voice("asha") == "asha" and VEENA.voices != custom.voices
     assert get_profile("veena3") is VEENA3 and len(VEENA3.voices) == 12
-    with pytest.raises(ValueError, match="known profiles: veena, orpheus, veena3, spark"):
+    with pytest.raises(ValueError, match="known profiles: veena, orpheus, maya1, veena3, spark"):
         get_profile("nope")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, Sequence
@@ -38,21 +39,70 @@ class SamplingDefaults:
     top_p: float = 0.9
     top_k: int = -1
     repetition_penalty: float = 1.05
+    min_tokens: int = 0
+
+
+MAX_DESCRIPTION_CHARS = 500
+"""The longest voice description (Maya1's published examples are under 200 characters)."""
+
+_DESCRIPTION_FORBIDDEN = '"<>'
+"""A quote would close the ``description="..."`` attribute; angle brackets would open a tag
+or a special token (``<|eot_id|>``) inside the prompt."""
+
+
+def check_description(description: object) -> str:
+    """A voice described in words, safe inside ``<description="...">`` (ValueError otherwise).
+
+    The rule: a string of 1..``MAX_DESCRIPTION_CHARS`` characters once surrounding spaces
+    are removed, with no ``"``, ``<`` or ``>`` and no control, format, separator or
+    surrogate characters (newlines, tabs, zero-width and bidi marks), so it can neither end
+    the attribute nor smuggle a special token or tag into the prompt."""
+    check_str("voice description", description, max_len=MAX_DESCRIPTION_CHARS * 2)
+    text = description.strip()
+    if not text:
+        raise ValueError("voice description must not be empty")
+    if len(text) > MAX_DESCRIPTION_CHARS:
+        raise ValueError(f"voice description must be at most {MAX_DESCRIPTION_CHARS} "
+                         f"characters, got {len(text)}")
+    for ch in text:
+        if ch in _DESCRIPTION_FORBIDDEN:
+            raise ValueError(f"voice description must not contain {ch!r}: quotes and angle "
+                             "brackets could end the description or inject a tag or special "
+                             "token into the prompt")
+        if ch != " " and unicodedata.category(ch)[0] in "CZ":
+            raise ValueError(f"voice description must not contain control, format or "
+                             f"separator characters, got U+{ord(ch):04X}")
+    return text
 
 
 class _Voices:
-    """Voice checking shared by every profile (each has ``name`` and ``voices``)."""
+    """Voice checking shared by every profile (each has ``name``, ``voices``,
+    ``voice_prompts`` and ``described_voices``)."""
 
     name: str
     voices: tuple[str, ...]
+    voice_prompts: tuple[tuple[str, str], ...]
+    described_voices: bool
 
     def check_voice(self, voice: str) -> str:
+        """A named voice, or (``described_voices``) a description checked by
+        ``check_description``; ValueError otherwise, before any engine work."""
+        if self.described_voices and isinstance(voice, str) and voice not in self.voices:
+            return check_description(voice)
         check_str("voice", voice, max_len=256)
         if voice not in self.voices:
             raise ValueError(
                 f"unknown voice {voice!r} for model profile {self.name!r}; "
                 f"valid voices: {', '.join(self.voices)}"
             )
+        return voice
+
+    def render_voice(self, voice: str) -> str:
+        """What the prompt says for ``voice``: a preset's own words (``voice_prompts``), else
+        the voice itself (a speaker name, or a description)."""
+        for name, prompt in self.voice_prompts:
+            if name == voice:
+                return prompt
         return voice
 
 
@@ -73,6 +123,16 @@ class SnacProfile(_Voices):
     stop_token_ids: tuple[int, ...]
     audio_token_base: int
     add_bos: bool = False
+    # True: a voice may also be a description in words (Maya1); ``voices`` are presets
+    described_voices: bool = False
+    # what {voice} stands for in the prompt, per preset (absent: the voice itself)
+    voice_prompts: tuple[tuple[str, str], ...] = ()
+    # the expressive tags the model performs (``<laugh>``); any other tag is removed
+    tags: tuple[str, ...] = ()
+    # True: only ``stop_token_ids`` end a request, never the tokenizer's EOS (Maya1's
+    # prompt carries 128009 and its generation must not stop on it)
+    ignore_eos: bool = False
+    prompt_source: str = ""
     codec: CodecKind = "snac"
     codec_model: str = "hubertsiuzdak/snac_24khz"
     sample_rate: int = 24000
@@ -91,7 +151,8 @@ class SnacProfile(_Voices):
         return self.audio_token_base + self.tokens_per_frame * self.codebook_size
 
     def build_prompt(self, tokenizer: TokenizerLike, text: str, voice: str) -> list[int]:
-        words = self.prompt_template.format(voice=self.check_voice(voice), text=text)
+        voice = self.render_voice(self.check_voice(voice))
+        words = self.prompt_template.format(voice=voice, text=text)
         ids = tokenizer.encode(words, add_special_tokens=self.add_bos)
         return [*self.prefix_ids, *ids, *self.suffix_ids]
 
@@ -130,6 +191,9 @@ class BiCodecProfile(_Voices):
     clone_prompt_template: str = ""
     # what {voice} stands for in the prompts, per voice (absent: the voice's name itself)
     voice_prompts: tuple[tuple[str, str], ...] = ()
+    described_voices: bool = False
+    # no BiCodec model publishes expressive tags: every tag is removed from its text
+    tags: tuple[str, ...] = ()
     # True: a first request captures exactly 32 globals in a request of its own, restricted
     # to global tokens, and every request after it is restricted to semantic and stop tokens
     # (the prompts must then end where the model's next token is audio). False: the model
@@ -167,13 +231,6 @@ class BiCodecProfile(_Voices):
 
     def render_globals(self, global_ids: Sequence[int]) -> str:
         return "".join(self.global_token_format.format(g) for g in global_ids)
-
-    def render_voice(self, voice: str) -> str:
-        """What the prompts say for ``voice`` (Spark-TTS: its gender/pitch/speed tokens)."""
-        for name, prompt in self.voice_prompts:
-            if name == voice:
-                return prompt
-        return voice
 
     def build_prompt(
         self,
@@ -216,6 +273,9 @@ VEENA = SnacProfile(
     licence=_SNAC_LICENCE,
 )
 
+ORPHEUS_TAGS = ("laugh", "chuckle", "sigh", "cough", "sniffle", "groan", "yawn", "gasp")
+"""The tags canopylabs/orpheus-3b-0.1-ft's model card documents."""
+
 # canopylabs/orpheus-3b-0.1-ft: "voice: text" with BOS, then end-of-text/human, start AI/speech.
 ORPHEUS = SnacProfile(
     name="orpheus",
@@ -227,8 +287,52 @@ ORPHEUS = SnacProfile(
     stop_token_ids=(128258,),
     audio_token_base=128266,
     add_bos=True,
+    tags=ORPHEUS_TAGS,
     sampling=SamplingDefaults(temperature=0.6, top_p=0.8, repetition_penalty=1.3),
     licence=_SNAC_LICENCE,
+)
+
+MAYA1_TAGS = (
+    "angry", "appalled", "chuckle", "cry", "curious", "disappointed", "excited", "exhale",
+    "gasp", "giggle", "gulp", "laugh", "laugh_harder", "mischievous", "sarcastic", "scream",
+    "sigh", "sing", "snort", "whisper",
+)
+"""maya-research/maya1's emotion tags, each a single token of its tokenizer."""
+
+# Presets: short names for descriptions written in Maya1's published style (our words).
+MAYA1_PRESETS = (
+    ("ava", "Realistic female voice in her 30s with an American accent. Normal pitch, warm "
+            "timbre, conversational pacing."),
+    ("noah", "Realistic male voice in his 40s with an American accent. Low pitch, calm and "
+             "steady, measured pacing."),
+    ("isla", "Young female voice in her 20s with a British accent. Bright timbre, friendly "
+             "and upbeat, quick pacing."),
+    ("arjun", "Male voice in his 30s with an Indian English accent. Medium pitch, clear and "
+              "confident, conversational pacing."),
+    ("narrator", "Mature male narrator in his 50s with a neutral accent. Deep pitch, rich "
+                 "timbre, slow and expressive storytelling."),
+)
+
+# maya-research/maya1 model card and its vLLM streaming reference: SOH, BOS, then
+# <description="..."> and the text, then EOT (in the prompt, not a stop), EOH, SOA, SOS; only
+# END_OF_SPEECH stops; at least 4 frames (min_tokens 28); context 8192.
+MAYA1 = SnacProfile(
+    name="maya1",
+    voices=tuple(name for name, _ in MAYA1_PRESETS),
+    default_voice="ava",
+    prompt_template='<description="{voice}"> {text}',
+    prefix_ids=(128259, 128000),  # START_OF_HUMAN, BOS
+    suffix_ids=(128009, 128260, 128261, 128257),  # EOT, END_OF_HUMAN, START_OF_AI, SOS
+    stop_token_ids=(128258,),  # END_OF_SPEECH only
+    audio_token_base=128266,
+    described_voices=True,
+    voice_prompts=MAYA1_PRESETS,
+    tags=MAYA1_TAGS,
+    ignore_eos=True,
+    sampling=SamplingDefaults(temperature=0.4, top_p=0.9, repetition_penalty=1.1,
+                              min_tokens=28),
+    prompt_source="maya-research/maya1 model card and its vLLM streaming reference",
+    licence="Apache-2.0 (maya-research/maya1 weights and code); snac code: MIT",
 )
 
 _SPARK_LICENCE = ("Spark-TTS code: Apache-2.0; its released weights, BiCodec included: "
@@ -322,7 +426,9 @@ VEENA3 = BiCodecProfile(
     licence=_SPARK_LICENCE,
 )
 
-PROFILES: dict[str, ModelProfile] = {p.name: p for p in (VEENA, ORPHEUS, VEENA3, SPARK)}
+PROFILES: dict[str, ModelProfile] = {
+    p.name: p for p in (VEENA, ORPHEUS, MAYA1, VEENA3, SPARK)
+}
 
 
 def get_profile(name: str) -> ModelProfile:

@@ -73,6 +73,9 @@ class SamplingOptions:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     allowed_token_ids: tuple[int, ...] | None = None
     """Restrict generation to these ids (BiCodec: globals, then semantic tokens only)."""
+    ignore_eos: bool = False
+    """Only ``stop_token_ids`` (and ``max_tokens``) end the request, never the tokenizer's
+    EOS (Maya1: 128009 is in its prompt and must not stop generation)."""
 
     def validate(self) -> "SamplingOptions":
         """Check every field by type and range (ValueError naming them all).
@@ -104,6 +107,8 @@ class SamplingOptions:
         check(check_int_list, "stop_token_ids", self.stop_token_ids, 0, MAX_TOKEN_ID)
         if self.allowed_token_ids is not None:
             check(check_int_list, "allowed_token_ids", self.allowed_token_ids, 0, MAX_TOKEN_ID)
+        if not isinstance(self.ignore_eos, bool):
+            problems.append(f"ignore_eos must be a bool, got {type(self.ignore_eos).__name__}")
         if problems:
             raise ValueError("invalid sampling options: " + "; ".join(problems))
         return self
@@ -122,6 +127,7 @@ class SamplingOptions:
             seed=self.seed,
             stop_token_ids=list(self.stop_token_ids),
             allowed_token_ids=list(self.allowed_token_ids) if self.allowed_token_ids else None,
+            ignore_eos=self.ignore_eos,
             detokenize=False,
             skip_special_tokens=False,
             output_kind=RequestOutputKind.DELTA,

@@ -98,7 +98,9 @@ class ModelFamily:
         d = self.profile.sampling
         return SamplingOptions(temperature=d.temperature, top_p=d.top_p, top_k=d.top_k,
                                repetition_penalty=d.repetition_penalty, max_tokens=None,
-                               stop_token_ids=tuple(getattr(self.profile, "stop_token_ids", ())))
+                               min_tokens=d.min_tokens,
+                               stop_token_ids=tuple(getattr(self.profile, "stop_token_ids", ())),
+                               ignore_eos=getattr(self.profile, "ignore_eos", False))
 
     def constrain(self, sampling: SamplingOptions, table: TokenTable) -> SamplingOptions:
         """Sampling constraints of the main request (stop ids, allowed ids)."""
