@@ -15,6 +15,7 @@ import os
 from livekit.agents import (
     Agent,
     AgentSession,
+    APIError,
     JobContext,
     JobProcess,
     WorkerOptions,
@@ -33,12 +34,20 @@ INSTRUCTIONS = os.environ.get(
 
 def build_tts() -> veena.TTS:
     """The shared server at VEENA_TTS_URL (recommended: one GPU engine for all workers),
-    else an in-process engine on VEENA_MODEL (one per worker process)."""
+    else an in-process engine on VEENA_MODEL (one per worker process). VEENA_VOICE is a
+    voice name, a description in words (maya1) or a voice file (.json)."""
     return veena.TTS(
         base_url=os.environ.get("VEENA_TTS_URL") or None,
         model=os.environ.get("VEENA_MODEL") or None,
         voice=os.environ.get("VEENA_VOICE") or NOT_GIVEN,
     )
+
+
+def build_instructions(tags: tuple[str, ...] | list[str]) -> str:
+    """The agent's LLM instructions: AGENT_INSTRUCTIONS, then, when the TTS's model performs
+    expressive tags (Maya1, Orpheus), the paragraph that says which ones it may write."""
+    extra = veena.tag_instructions(tags)
+    return f"{INSTRUCTIONS}\n\n{extra}" if extra else INSTRUCTIONS
 
 
 def build_llm() -> openai.LLM:
@@ -62,11 +71,21 @@ def prewarm(proc: JobProcess) -> None:
     proc.userdata["vad"] = silero.VAD.load()
 
 
+async def _tags(tts: veena.TTS) -> tuple[str, ...]:
+    """The TTS's tags; through a server, the server's own (its /ready), else the profile's."""
+    try:
+        return await tts.fetch_tags()
+    except APIError as e:  # the server is not reachable yet: the TTS will say so itself
+        logger.warning("could not ask the TTS server for its tags: %s", e)
+        return tts.tags
+
+
 async def entrypoint(ctx: JobContext) -> None:
     tts = build_tts()
     tts.prewarm()
+    instructions = build_instructions(await _tags(tts))
     session = AgentSession(vad=ctx.proc.userdata["vad"], stt=build_stt(), llm=build_llm(), tts=tts)
-    await session.start(agent=Agent(instructions=INSTRUCTIONS), room=ctx.room)
+    await session.start(agent=Agent(instructions=instructions), room=ctx.room)
     await ctx.connect()
     greeting = os.environ.get("AGENT_GREETING", "Hello! How can I help you today?")
     if greeting:

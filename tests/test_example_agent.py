@@ -1,9 +1,15 @@
-"""The example agent builds its components from the environment."""
+"""The example agent builds its components from the environment, and tells its LLM which
+expressive tags the TTS performs (none: the instructions are left as they are)."""
 
 import importlib.util
 from pathlib import Path
 
 import pytest
+from livekit.plugins import veena
+
+from livekit.plugins.veena.models.profiles import MAYA1_TAGS, ORPHEUS_TAGS
+
+from .server.test_maya1_surfaces import maya1_server
 
 AGENT = Path(__file__).resolve().parents[1] / "agent" / "agent.py"
 
@@ -34,3 +40,33 @@ def test_prewarm_loads_silero(agent_module):
     proc = Proc()
     agent_module.prewarm(proc)
     assert proc.userdata["vad"] is not None
+
+
+def test_instructions_carry_the_tts_tags(agent_module, monkeypatch):
+    monkeypatch.delenv("VEENA_MODEL", raising=False)
+    monkeypatch.setenv("VEENA_TTS_URL", "ws://127.0.0.1:9")
+    monkeypatch.setenv("VEENA_PROFILE", "orpheus")
+    tts = agent_module.build_tts()
+    assert tts.tags == ORPHEUS_TAGS
+    instructions = agent_module.build_instructions(tts.tags)
+    assert instructions.startswith(agent_module.INSTRUCTIONS)
+    assert veena.tag_instructions(ORPHEUS_TAGS) in instructions and "<laugh>" in instructions
+    monkeypatch.setenv("VEENA_PROFILE", "veena")  # no tags: the instructions as they are
+    assert agent_module.build_tts().tags == ()
+    assert agent_module.build_instructions(()) == agent_module.INSTRUCTIONS
+
+
+async def test_the_entrypoint_asks_the_server_for_its_tags(agent_module, monkeypatch):
+    monkeypatch.delenv("VEENA_MODEL", raising=False)
+    monkeypatch.setenv("VEENA_PROFILE", "veena")  # the server's own tags win over the guess
+    async with maya1_server() as (url, _, _engine):
+        monkeypatch.setenv("VEENA_TTS_URL", url.replace("http://", "ws://"))
+        tts = agent_module.build_tts()
+        assert await agent_module._tags(tts) == MAYA1_TAGS
+        await tts.aclose()
+    # an unreachable server: the given profile's tags, and a warning, not a crash
+    monkeypatch.setenv("VEENA_TTS_URL", "ws://127.0.0.1:9")
+    monkeypatch.setenv("VEENA_PROFILE", "orpheus")
+    tts = agent_module.build_tts()
+    assert await agent_module._tags(tts) == ORPHEUS_TAGS
+    await tts.aclose()

@@ -1,11 +1,12 @@
-"""LiveKit Agents TTS plugin: self-hosted streaming Veena/Orpheus (SNAC) and Spark/Veena3
-(BiCodec) speech on vLLM."""
+"""LiveKit Agents TTS plugin: self-hosted streaming Veena/Orpheus/Maya1 (SNAC) and
+Spark/Veena3 (BiCodec) speech on vLLM."""
 
 from livekit.agents import Plugin
 
 from .log import logger
 from .models.families import ModelFamily, register_family
 from .models.profiles import (
+    MAYA1,
     ORPHEUS,
     SPARK,
     VEENA,
@@ -19,14 +20,16 @@ from .pipeline.chunking import ChunkerOptions
 from .pipeline.engine import EngineDeadError, EngineOptions, SamplingOptions
 from .pipeline.pipeline import Pipeline, PipelineOptions
 from .pipeline.sentences import SentenceTokenizer
+from .pipeline.tags import tag_instructions
 from .tts import TTS, ChunkedStream, SynthesizeStream
 from .version import __version__
 
 __all__ = [
     "TTS", "ChunkedStream", "SynthesizeStream", "SentenceTokenizer", "Pipeline",
     "PipelineOptions", "EngineOptions", "SamplingOptions", "ChunkerOptions", "SnacProfile",
-    "BiCodecProfile", "VEENA", "ORPHEUS", "VEENA3", "SPARK", "get_profile", "register_profile",
-    "ModelFamily", "register_family", "EngineDeadError", "__version__",
+    "BiCodecProfile", "VEENA", "ORPHEUS", "MAYA1", "VEENA3", "SPARK", "get_profile",
+    "register_profile", "ModelFamily", "register_family", "EngineDeadError", "tag_instructions",
+    "__version__",
 ]
 
 

@@ -90,10 +90,11 @@ async def _say(args: argparse.Namespace) -> int:
 
     model = _resolve_model(args.model)
     profile = resolve_profile(model, args.profile)
-    voice, speaker_globals = args.voice, None
+    voice, speaker_globals, seed = args.voice, None, args.seed
     if voice and is_voice_path(voice):  # a saved voice: checked before any engine work
         saved = load_voice(voice, profile)
         voice, speaker_globals = saved.voice, saved.speaker_globals
+        seed = saved.seed if seed is None else seed
     pipeline = Pipeline.from_model(model, profile=profile)
     try:
         await pipeline.start()
@@ -102,7 +103,7 @@ async def _say(args: argparse.Namespace) -> int:
             from dataclasses import replace
 
             sampling = replace(sampling, max_tokens=args.max_tokens)
-        syn = pipeline.synthesize(args.text, voice=voice, sampling=sampling, seed=args.seed,
+        syn = pipeline.synthesize(args.text, voice=voice, sampling=sampling, seed=seed,
                                   speaker_globals=speaker_globals)
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -163,6 +164,25 @@ async def _clone(args: argparse.Namespace) -> int:
     return 0
 
 
+def _design(args: argparse.Namespace) -> int:
+    """A SNAC voice from words and a seed: checked by the profile, written; no engine."""
+    from .models.profiles import get_profile, resolve_profile
+    from .voices.files import VoiceFileError, design_voice
+
+    model = args.model or os.environ.get("VEENA_MODEL") or ""
+    try:
+        profile = (get_profile(args.profile) if args.profile
+                   else resolve_profile(model) if model else get_profile("maya1"))
+    except ValueError as e:  # an unknown profile name
+        raise VoiceFileError(str(e)) from None
+    saved = design_voice(profile, args.description, seed=args.seed, model=model)
+    path = saved.save(args.output)
+    logger.info("voice designed: written to %s", path,
+                extra={"path": str(path), "profile": saved.profile, "seed": saved.seed})
+    sys.stdout.write(f"voice={path}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="veena-tts", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -174,11 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     say.add_argument("--voice", default=None, help="a profile voice (spark: GENDER-PITCH-SPEED, "
                      "e.g. female-moderate-high), or a saved voice file (.json)")
     say.add_argument("--model", default=None, help="model path or hub id (default: VEENA_MODEL)")
-    say.add_argument("--profile", default=None, help="veena, orpheus, veena3 or spark")
+    say.add_argument("--profile", default=None,
+                     help="veena, orpheus, maya1, veena3 or spark")
     say.add_argument("--seed", type=int, default=None)
     say.add_argument("--max-tokens", type=int, default=None)
 
-    voice = sub.add_parser("voice", help="saved voices (BiCodec models)")
+    voice = sub.add_parser("voice", help="saved voices: capture or clone (BiCodec), "
+                                         "design (SNAC)")
     voice_sub = voice.add_subparsers(dest="voice_command", required=True)
     capture = voice_sub.add_parser("capture", help="speak TEXT once and save the voice it used")
     capture.add_argument("text")
@@ -194,6 +216,23 @@ def main(argv: list[str] | None = None) -> int:
     clone.add_argument("-o", "--output", required=True, help="the voice file (.json)")
     clone.add_argument("--model", default=None)
     clone.add_argument("--profile", default=None)
+
+    design = voice_sub.add_parser(
+        "design", help="a SNAC voice from words and a seed, written to a voice file; no engine "
+                       "work (nothing is spoken: the file pins what the prompt says and how it "
+                       "is sampled)",
+        description="Write a voice file for a SNAC model: DESCRIPTION (a description in words "
+                    "for maya1, checked by its rule: 1-500 characters, no quotes, angle "
+                    "brackets or control characters; or a preset name) and a seed. No model "
+                    "is loaded and nothing is spoken.")
+    design.add_argument("description", help="the voice in words (maya1), or a preset name")
+    design.add_argument("-o", "--output", required=True, help="the voice file (.json)")
+    design.add_argument("--seed", type=int, default=None,
+                        help="the sampling seed (default: a random one, written to the file)")
+    design.add_argument("--profile", default=None,
+                        help="default: the model's (--model / VEENA_MODEL), else maya1")
+    design.add_argument("--model", default=None,
+                        help="the model the voice is for, recorded in the file")
 
     download = sub.add_parser("download", help="fetch MODEL (default VEENA_MODEL) and its codec "
                                                "into the Hugging Face cache")
@@ -218,8 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         from .voices.files import VoiceFileError
         from .voices.reference_clip import ReferenceClipError
 
-        run = _say if args.command == "say" else _clone if args.voice_command == "clone" else _capture
         try:
+            if args.command == "voice" and args.voice_command == "design":
+                return _design(args)
+            run = (_say if args.command == "say" else _clone if args.voice_command == "clone"
+                   else _capture)
             return asyncio.run(run(args))
         except (VoiceFileError, ReferenceClipError, OSError) as e:  # a clear line, no traceback
             logger.error("%s", e)

@@ -24,7 +24,8 @@ class TTSOptions:
     repetition_penalty: float
     max_tokens_per_chunk: int | None
     seed: int | None
-    """None: each turn draws its own seed and keeps it for all its chunks."""
+    """None: the voice's seed (a voice file's; ``voice_scope="call"`` on a SNAC model: one
+    drawn for the whole call), else each turn draws its own and keeps it for all its chunks."""
     tokenizer: tokenize.SentenceTokenizer
     text_pacing: tts.SentenceStreamPacer | None
     """Hold pieces back while enough audio is buffered (less generation wasted on an
@@ -34,7 +35,8 @@ class TTSOptions:
     startup_timeout: float
     voice_scope: str
     """``call``: every stream of the TTS speaks with the speaker globals its first stream
-    captured; ``turn``: each stream captures its own."""
+    captured (BiCodec), or with one seed drawn for the whole call (SNAC); ``turn``: each
+    stream captures its own globals, or draws its own seed."""
 
     @property
     def server_chunks(self) -> bool:
@@ -46,22 +48,23 @@ class TTSOptions:
                        repetition_penalty=self.repetition_penalty,
                        max_tokens=self.max_tokens_per_chunk).validate()
 
-    def remote_message(self, speaker_globals: tuple[int, ...] | None) -> dict:
-        """Voice, seed, sampling (and a call's speaker globals) as the first message of a
-        server context carries them."""
+    def remote_message(self, speaker_globals: tuple[int, ...] | None,
+                       seed: int | None) -> dict:
+        """Voice, the stream's ``seed``, sampling (and a call's speaker globals) as the first
+        message of a server context carries them."""
         sampling = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                     "repetition_penalty": self.repetition_penalty}
         if self.max_tokens_per_chunk is not None:
             sampling["max_tokens"] = self.max_tokens_per_chunk
-        message = {"voice": self.voice, "seed": self.seed, "sampling": sampling}
+        message = {"voice": self.voice, "seed": seed, "sampling": sampling}
         if speaker_globals is not None:
             message["speaker_globals"] = list(speaker_globals)
         return message
 
     def turn(self, pipeline: Pipeline, timeout: float,
-             speaker_globals: tuple[int, ...] | None) -> TurnOptions:
+             speaker_globals: tuple[int, ...] | None, seed: int | None) -> TurnOptions:
         return TurnOptions(voice=self.voice, sampling=self.sampling(pipeline.default_sampling()),
-                           seed=self.seed, speaker_globals=speaker_globals,
+                           seed=seed, speaker_globals=speaker_globals,
                            chunk_crossfade_ms=self.chunk_crossfade_ms,
                            max_chunks_in_flight=self.max_chunks_in_flight, timeout=timeout,
                            startup_timeout=self.startup_timeout)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from typing import Any, AsyncIterable, Callable
 
 import aiohttp
@@ -33,6 +34,20 @@ from .validation import is_int
 
 FLUSH = object()
 """Marker in a remote text stream: speak what is buffered now."""
+
+_TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+MAX_TAGS = 256
+"""The most tags a server's ``/ready`` may list (Maya1 has 20); a longer list is ignored."""
+
+
+def _tags(value: object) -> tuple[str, ...] | None:
+    """A ``/ready`` body's ``tags``: a list of tag names, or None where it is absent or not
+    one (an older or foreign server: the given profile's tags stand)."""
+    if not isinstance(value, list) or len(value) > MAX_TAGS:
+        return None
+    if not all(isinstance(t, str) and _TAG_NAME.fullmatch(t) for t in value):
+        return None
+    return tuple(value)
 
 
 def server_error(code: str, message: str, body: object, audio_pushed: bool) -> APIError:
@@ -61,6 +76,9 @@ class RemoteClient:
         base = self.url[: -len("/v1/stream")]
         self._ready_url = base.replace("ws://", "http://", 1).replace("wss://", "https://", 1) + "/ready"
         self._sample_rate: int | None = None
+        self.tags: tuple[str, ...] | None = None
+        """The expressive tags the server's model performs, from its ``/ready`` (None until
+        it has said)."""
         self.pool = utils.ConnectionPool[aiohttp.ClientWebSocketResponse](
             connect_cb=self._connect, close_cb=self._close,
             max_session_duration=max_session_duration, mark_refreshed_on_get=True,
@@ -77,7 +95,8 @@ class RemoteClient:
 
     async def sample_rate(self, timeout: float) -> int | None:
         """The server's sample rate from its ``/ready`` (asked once, then remembered);
-        None where the server does not say (an older or foreign server)."""
+        None where the server does not say (an older or foreign server). The same answer
+        gives the server's ``tags``."""
         async def ask() -> object:
             async with self._http().get(self._ready_url, headers=self._headers) as r:
                 return await r.json(content_type=None) if r.status in (200, 503) else {}
@@ -89,9 +108,13 @@ class RemoteClient:
                 raise APITimeoutError(f"no answer from {self._ready_url} in {timeout} s") from None
             except (aiohttp.ClientError, ValueError) as e:
                 raise APIConnectionError(f"cannot reach {self._ready_url}: {e!r}") from e
-            rate = body.get("sample_rate") if isinstance(body, dict) else None
+            body = body if isinstance(body, dict) else {}
+            rate = body.get("sample_rate")
             if is_int(rate) and 8000 <= rate <= 192000:
                 self._sample_rate = int(rate)
+            tags = _tags(body.get("tags"))
+            if tags is not None:
+                self.tags = tags
         return self._sample_rate
 
     async def _connect(self, timeout: float) -> aiohttp.ClientWebSocketResponse:

@@ -66,6 +66,9 @@ def _map_error(e: BaseException, audio_pushed: bool) -> APIError:
 class _VoiceOfStream:
     speaker_globals: tuple[int, ...] | None = None
     """The speaker globals this stream spoke with (BiCodec), once known."""
+    seed: int | None = None
+    """The seed this stream spoke with, once known (through a server: where the plugin chose
+    it, i.e. given, a voice file's or the call's; else the server draws one)."""
 
 
 class ChunkedStream(_VoiceOfStream, tts.ChunkedStream):

@@ -32,7 +32,7 @@ from .remote import RemoteClient
 from .settings import env_float, env_int
 from .streams import ChunkedStream, SynthesizeStream, _push_words, _VoiceOfStream
 from .validation import check_float, check_int
-from .voices.files import VoiceFile, is_voice_path, load_voice
+from .voices.files import VoiceFile, draw_seed, is_voice_path, load_voice
 
 _PIPELINES: dict[tuple[str, object], Pipeline] = {}
 """One pipeline (engine + decode scheduler) per (model, profile) per process, shared by
@@ -83,15 +83,26 @@ class TTS(tts.TTS):
         to ``startup_timeout`` (default ``VEENA_STARTUP_TIMEOUT_S``, 600 s); the stream's
         ``conn_options.timeout`` then bounds only a running request's lack of progress.
 
-        ``voice`` is a profile voice name, or the path of a saved voice file (``*.json``,
-        ``veena-tts voice capture``): its speaker globals are then the voice of every stream.
-        ``voice_scope`` (default ``call`` where the model family has speaker globals, i.e.
-        BiCodec): the first stream captures 32 global tokens and every later stream of this
-        TTS reuses them, so the voice stays the same for the whole call; ``reset_voice()``
-        (or ``update_options(voice=...)``) starts over. ``turn``: each stream captures its
-        own. SNAC models have no speaker tokens: their voice is the speaker prompt (the
-        ``voice`` name) in both scopes, and a fixed ``seed`` is the only other thing that
-        can be kept; timbre can still vary between replies.
+        ``voice`` is a profile voice name; for a model whose voices are described in words
+        (``maya1``), a preset name or a description (``"Warm female voice in her 30s, calm
+        pacing"``, checked by ``profiles.check_description``); or the path of a saved voice
+        file (``*.json``): its speaker globals (``veena-tts voice capture`` / ``clone``,
+        BiCodec) or its words and seed (``veena-tts voice design``, SNAC) are then the voice
+        of every stream (a ``seed`` given here still wins over the file's).
+
+        ``voice_scope`` (default ``call``): one voice for the whole call. BiCodec: the first
+        stream captures 32 global tokens and every later stream of this TTS reuses them.
+        SNAC (no speaker tokens): the voice is its words and its sampling seed, so without a
+        ``seed`` one is drawn on first use and every later stream of this TTS speaks with it,
+        in-process and through a server (a fixed seed keeps the sampling, not the codes:
+        different text still gives different tokens, so timbre is steadier, not pinned as
+        BiCodec's globals pin it). ``reset_voice()`` (or ``update_options(voice=...)``)
+        starts over: new globals, or a new seed drawn next time. ``turn``: each stream
+        captures its own globals, or draws its own seed.
+
+        ``tags`` are the expressive tags the model performs (``<laugh>``); any other tag in
+        the text is removed before the prompt. ``veena.tag_instructions(tts.tags)`` tells an
+        agent's LLM which ones exist.
 
         ``tokenizer`` (any ``tokenize.SentenceTokenizer``; default ``veena.SentenceTokenizer``
         with ``chunker``'s options: a short first piece, then sentences, Latin and Indic
@@ -104,8 +115,10 @@ class TTS(tts.TTS):
         self._remote: RemoteClient | None = None
         self._pipeline: Pipeline | None = None
         if base_url:
-            prof = get_profile(profile or "veena") if isinstance(profile, (str, type(None))) \
-                else profile
+            if isinstance(profile, (str, type(None))):
+                prof = get_profile(profile or os.environ.get("VEENA_PROFILE") or "veena")
+            else:
+                prof = profile
             self._remote = RemoteClient(base_url, api_key or os.environ.get("VEENA_API_KEY"))
             self._model_name = base_url
         else:
@@ -149,11 +162,11 @@ class TTS(tts.TTS):
                                   else env_int("VEENA_MAX_CHUNKS_IN_FLIGHT", 2)),
             startup_timeout=(startup_timeout if is_given(startup_timeout)
                              else env_float("VEENA_STARTUP_TIMEOUT_S", 600.0)),
-            voice_scope=(voice_scope if is_given(voice_scope) else
-                         "call" if family_for(prof).has_speaker_globals else "turn"),
+            voice_scope=voice_scope if is_given(voice_scope) else "call",
         )
         self._validate(self._opts)
         self._call_globals: tuple[int, ...] | None = None
+        self._call_seed: int | None = None
         self._streams: "set[SynthesizeStream]" = set()
         self._prewarm_task: asyncio.Task | None = None
 
@@ -193,6 +206,22 @@ class TTS(tts.TTS):
     def remote(self) -> "RemoteClient | None":
         return self._remote
 
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The expressive tags this TTS's model performs (``laugh``, without brackets):
+        in-process the profile's; in remote mode the server's once its ``/ready`` has been
+        read (the first stream, or ``fetch_tags()``), until then the given profile's."""
+        if self._remote is not None and self._remote.tags is not None:
+            return self._remote.tags
+        return tuple(getattr(self._profile, "tags", ()))
+
+    async def fetch_tags(self, timeout: float = 5.0) -> tuple[str, ...]:
+        """``tags``, after asking a server's ``/ready`` for its own where it has not been
+        asked yet (``APIError`` where the server cannot be reached)."""
+        if self._remote is not None and self._remote.tags is None:
+            await self._learn_sample_rate(timeout)
+        return self.tags
+
     def update_options(
         self,
         *,
@@ -229,15 +258,45 @@ class TTS(tts.TTS):
         the ones the first stream captured."""
         return self._voice_file.speaker_globals if self._voice_file else self._call_globals
 
+    @property
+    def voice_seed(self) -> int | None:
+        """The seed every stream speaks with: the ``seed`` option, else a voice file's, else
+        (``voice_scope="call"``, SNAC) the call's once drawn; None: each stream draws its own."""
+        if self._opts.seed is not None:
+            return self._opts.seed
+        if self._voice_file is not None and self._voice_file.seed is not None:
+            return self._voice_file.seed
+        return self._call_seed if self._keeps_seed(self._opts) else None
+
     def reset_voice(self) -> None:
-        """Forget the call's captured speaker globals: the next stream captures new ones
-        (a voice file's globals stay until ``update_options(voice=...)``)."""
+        """Forget the call's voice: the next stream captures new speaker globals (BiCodec)
+        or draws a new seed (SNAC). A voice file's globals and seed stay until
+        ``update_options(voice=...)``."""
         self._call_globals = None
+        self._call_seed = None
 
     def _call_voice(self, opts: TTSOptions) -> tuple[int, ...] | None:
-        if self._voice_file is not None:
+        if self._voice_file is not None and self._voice_file.speaker_globals is not None:
             return self._voice_file.speaker_globals
         return self._call_globals if opts.voice_scope == "call" else None
+
+    def _keeps_seed(self, opts: TTSOptions) -> bool:
+        """A SNAC voice is its words and its seed: in call scope the seed is the call's."""
+        return opts.voice_scope == "call" and not family_for(self._profile).has_speaker_globals
+
+    def _seed_for(self, opts: TTSOptions) -> int | None:
+        """The seed of a stream with ``opts``: given, a voice file's, or the call's (drawn on
+        first use); None lets the turn draw one."""
+        if opts.seed is not None:
+            return opts.seed
+        if self._voice_file is not None and self._voice_file.seed is not None:
+            return self._voice_file.seed
+        if not self._keeps_seed(opts):
+            return None
+        if self._call_seed is None:
+            self._call_seed = draw_seed()
+            logger.debug("the call's voice seed drawn", extra={"seed": self._call_seed})
+        return self._call_seed
 
     def _keep_voice(self, opts: TTSOptions, speaker_globals: tuple[int, ...]) -> None:
         if opts.voice_scope == "call" and self._call_globals is None:
@@ -256,8 +315,10 @@ class TTS(tts.TTS):
                   emitter: tts.AudioEmitter) -> Turn:
         """A turn with the call's voice (if any); the voice it captures is kept, and each
         chunk's words go out as timed transcripts."""
-        turn = Turn(self.pipeline, opts.turn(self.pipeline, timeout, self._call_voice(opts)))
+        turn = Turn(self.pipeline, opts.turn(self.pipeline, timeout, self._call_voice(opts),
+                                             self._seed_for(opts)))
         stream.speaker_globals = turn.speaker_globals
+        stream.seed = turn.seed
         turn.on_speaker_globals = self._keeper(opts, stream)
         turn.on_chunk_spoken = lambda text, a, b: _push_words(
             emitter, [(w.text, w.start, w.end) for w in word_timings(text, a, b)])
@@ -269,8 +330,9 @@ class TTS(tts.TTS):
         """One server context with the call's voice (if any); the voice it captures is kept."""
         given = self._call_voice(opts)
         stream.speaker_globals = given
-        await self._remote.speak(texts, opts.remote_message(given), emitter.push, timeout,
-                                 on_started, self._keeper(opts, stream),
+        stream.seed = self._seed_for(opts)
+        await self._remote.speak(texts, opts.remote_message(given, stream.seed), emitter.push,
+                                 timeout, on_started, self._keeper(opts, stream),
                                  lambda words: _push_words(emitter, words))
 
     async def _learn_sample_rate(self, timeout: float) -> int:

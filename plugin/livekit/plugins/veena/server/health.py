@@ -29,6 +29,11 @@ def public_model_name(model: str) -> str:
     return Path(model.replace("\\", "/")).name if local else model
 
 
+def profile_tags(profile: Any) -> list[str]:
+    """The expressive tags the model performs (names without brackets; [] for none)."""
+    return list(getattr(profile, "tags", ()))
+
+
 async def health(request: web.Request) -> web.Response:
     """Alive: 200 while the engine is starting or serving; 503 once it is dead or failed."""
     state = server_state(request)
@@ -38,6 +43,8 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def ready(request: web.Request) -> web.Response:
+    """Ready: 200 once the engine is started and the codec warm; 503 otherwise. Both name
+    the sample rate and the model's tags, so a client knows them before the first stream."""
     state = server_state(request)
     pipeline = state.pipeline
     if pipeline.ready:
@@ -45,10 +52,12 @@ async def ready(request: web.Request) -> web.Response:
                                   "model": public_model_name(pipeline.engine.options.model),
                                   "profile": pipeline.profile.name,
                                   "sample_rate": pipeline.sample_rate,
+                                  "tags": profile_tags(pipeline.profile),
                                   "active_streams": state.admission.active,
                                   "queued_streams": state.admission.queued})
     return web.json_response({"status": pipeline.engine.health.state, **_engine_status(state),
-                              "sample_rate": pipeline.sample_rate}, status=503)
+                              "sample_rate": pipeline.sample_rate,
+                              "tags": profile_tags(pipeline.profile)}, status=503)
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -3,7 +3,8 @@
 As OpenAI's clients use it: the six ``response_format`` values (MP3 by default),
 ``speed`` as a pitch-preserving stretch, ``stream_format: "sse"`` (base64 audio deltas, then
 a done event). Every value this server cannot honour is refused with a 400 naming the valid
-ones, never dropped: ``instructions`` too, until a model can take a description.
+ones, never dropped: ``instructions`` are the voice's description for a model whose voices are
+described in words (Maya1), and refused for any other.
 
 aiohttp does not cancel a handler whose client has gone (unless its runner is told to), so a
 non-streamed request would synthesize to its end, holding its stream slot, for nobody. The
@@ -19,12 +20,13 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from ..models.profiles import check_description
 from ..pipeline.chunking import chunk_text
 from ..pipeline.engine import EngineError
 from ..pipeline.stitching import to_int16
@@ -96,16 +98,25 @@ def _speed(value: Any) -> float:
     return float(value)
 
 
-def _instructions(value: Any, state: ServerState) -> None:
-    """The one place ``instructions`` is decided. No model this server runs takes a
-    description of the voice yet; a profile that can (Maya1's) maps it here onto its prompt.
-    Until then a non-empty value is refused: dropping it would give a voice nobody asked for."""
+def _instructions(value: Any, state: ServerState) -> str | None:
+    """The one place ``instructions`` is decided: for a profile whose voices are described
+    in words (``described_voices``, Maya1) a non-empty value is the voice's description,
+    checked by ``check_description`` (a bad one is ``bad_field``, before any engine work); it
+    replaces the description of the ``voice`` named beside it (a preset's, a saved voice's,
+    whose seed stays). Any other model cannot be steered by a description: a non-empty value
+    is refused, since dropping it would give a voice nobody asked for. None: no description."""
     if value is None or check_str("instructions", value, MAX_INSTRUCTIONS_CHARS).strip() == "":
-        return
-    raise ProtocolError(
-        "bad_field", f"instructions are not supported by this server's model "
-        f"({state.pipeline.profile.name}): it cannot be steered by a description; "
-        "leave instructions out and choose a voice instead")
+        return None
+    profile = state.pipeline.profile
+    if not getattr(profile, "described_voices", False):
+        raise ProtocolError(
+            "bad_field", f"instructions are not supported by this server's model "
+            f"({profile.name}): it cannot be steered by a description; "
+            "leave instructions out and choose a voice instead")
+    try:
+        return check_description(value)
+    except ValueError as e:
+        raise ProtocolError("bad_field", f"instructions (the voice description): {e}") from None
 
 
 def _voice(value: Any) -> Any:
@@ -132,7 +143,7 @@ def _speech_request(body: Any, state: ServerState) -> _SpeechRequest:
     sse = _choice("stream_format", _optional(body, "stream_format", "audio"),
                   STREAM_FORMATS) == "sse"
     speed = _speed(body.get("speed"))
-    _instructions(body.get("instructions"), state)
+    description = _instructions(body.get("instructions"), state)
     if not text.strip():
         raise ProtocolError("empty_input", "input is empty")
     if len(text) > opts.max_text_chars:
@@ -144,6 +155,8 @@ def _speech_request(body: Any, state: ServerState) -> _SpeechRequest:
     sampling = body.get("sampling")
     turn = turn_options(state, _voice(body.get("voice")), {} if sampling is None else sampling,
                         body.get("seed"), None)
+    if description is not None:
+        turn = replace(turn, voice=description)
     return _SpeechRequest(text, fmt, stream, turn, speed, sse)
 
 

@@ -110,13 +110,18 @@ def _sampling(pipeline: Pipeline, sampling: Any) -> SamplingOptions:
 def turn_options(state: ServerState, voice: Any, sampling: Any, seed: Any,
                  speaker_globals: Any) -> TurnOptions:
     """Validate everything a client asked for, by type and range, before any engine work.
-    A saved voice's name stands for its profile voice and its speaker globals."""
+    A saved voice's name stands for its voice (a profile voice, or a description) with its
+    speaker globals (BiCodec) or its seed (SNAC); globals or a seed the client gives win. A
+    description (``described_voices``) is checked by ``check_description``: one that could
+    end the prompt's attribute or inject a tag is a ValueError here, never a prompt."""
     pipeline = state.pipeline
     saved = state.voices.get(voice) if isinstance(voice, str) else None
     if saved is not None:
         voice = saved.voice
         if speaker_globals is None:
             speaker_globals = saved.speaker_globals
+        if seed is None:
+            seed = saved.seed
     voice = pipeline.profile.check_voice(
         pipeline.profile.default_voice if voice is None else voice)
     s = _sampling(pipeline, sampling)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import asdict
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ..voices.files import clone_voice
+from ..voices.files import VoiceFile, clone_voice
 from ..voices.reference_clip import ReferenceClipError
+from .health import profile_tags
 from .state import json_error, server_state
 
 logger = logging.getLogger(__name__)
@@ -30,13 +30,26 @@ _VOICE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 async def voices(request: web.Request) -> web.Response:
-    """``GET /v1/voices``: the profile's voices and the saved ones (``VEENA_VOICES_DIR``)."""
+    """``GET /v1/voices``: the profile's voices (a profile with ``described_voices`` also
+    takes a description in words: its voices are presets, each with its description), the
+    saved ones (``VEENA_VOICES_DIR``: a designed voice with its description and seed) and the
+    expressive tags the model performs."""
     state = server_state(request)
     profile = state.pipeline.profile
-    return web.json_response({
-        "profile": profile.name, "voices": list(profile.voices),
-        "saved": [{"name": name, "voice": v.voice, "model": v.model}
-                  for name, v in state.voices.items()]})
+    described = bool(getattr(profile, "described_voices", False))
+    body = {"profile": profile.name, "voices": list(profile.voices),
+            "described_voices": described, "tags": profile_tags(profile),
+            "saved": [_saved(name, v) for name, v in state.voices.items()]}
+    if described:
+        body["presets"] = {v: profile.render_voice(v) for v in profile.voices}
+    return web.json_response(body)
+
+
+def _saved(name: str, v: VoiceFile) -> dict:
+    entry = {"name": name, "voice": v.voice, "model": v.model}
+    if v.seed is not None:
+        entry["seed"] = v.seed
+    return entry
 
 
 async def _read_upload(request: web.Request, limit: int) -> bytes | web.Response:
@@ -102,7 +115,7 @@ async def _clone_and_save(request: web.Request, name: str | None) -> web.Respons
             return json_error(_CLIP_CODES[e.reason], str(e))
         except ValueError as e:  # no speaker encoder: another family, or a checkpoint without
             return json_error("cannot_clone", str(e))
-    body = {**asdict(saved), "speaker_globals": list(saved.speaker_globals)}
+    body = saved.to_json()
     if name is not None:
         try:
             saved.save(Path(state.options.voices_dir) / f"{name}.json", exclusive=True)

@@ -1,10 +1,14 @@
-"""Saved voices: a BiCodec speaker's 32 global tokens in a small JSON file, so a voice
-captured once (``veena-tts voice capture``) is the voice of every later call, process and
-server.
+"""Saved voices in a small JSON file, so a voice made once is the voice of every later call,
+process and server.
 
-The file names its profile and model, the voice name it was captured with, and a format
-version; loading checks all of it (and every id's type and range) before any engine work,
-so a file for another profile or a hand-edited one fails with a clear ``VoiceFileError``.
+A BiCodec voice is its speaker's 32 global tokens (``veena-tts voice capture``, ``voice
+clone``). A SNAC voice has no speaker tokens: it is kept by its words (a preset name, or a
+description for a model that takes one, such as Maya1) and a sampling seed (``veena-tts voice
+design``). The file names its profile and model, the voice, the globals or the seed, and a
+format version; loading checks all of it (each value's type and range, the voice by the
+profile's own rule) before any engine work, so a file for another profile or a hand-edited one
+fails with a clear ``VoiceFileError``. Format version 1 throughout: ``seed`` is an optional
+key a BiCodec file may leave out, so every earlier file still loads.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,8 +24,12 @@ from typing import Any
 
 from ..models.families import family_for
 from ..models.profiles import CLONED_VOICE
+from ..validation import check_int
 
 FORMAT_VERSION = 1
+
+MAX_SEED = 2**63 - 1
+"""The largest seed a voice (or any request) may carry: vLLM takes a signed 64-bit seed."""
 
 
 class VoiceFileError(ValueError):
@@ -33,9 +42,14 @@ class VoiceFile:
     model: str
     voice: str
     """The profile voice (speaker prompt) the globals were captured with; "" for a voice
-    cloned from a reference clip (no speaker prompt, the globals alone)."""
-    speaker_globals: tuple[int, ...]
+    cloned from a reference clip (no speaker prompt, the globals alone); for a SNAC voice,
+    a preset name or (``described_voices``) a description in words."""
+    speaker_globals: tuple[int, ...] | None = None
+    """BiCodec: the 32 speaker globals every stream decodes with; SNAC: None."""
     format_version: int = FORMAT_VERSION
+    seed: int | None = None
+    """The sampling seed every stream speaks with (SNAC: required, it is half the voice;
+    BiCodec: optional)."""
 
     def save(self, path: str | Path, *, exclusive: bool = False) -> Path:
         """Write the file whole or not at all (a temporary file, then one rename or link).
@@ -43,7 +57,7 @@ class VoiceFile:
         when several writers race for one name, in this process or another."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {**asdict(self), "speaker_globals": list(self.speaker_globals)}
+        data = self.to_json()
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
@@ -57,6 +71,35 @@ class VoiceFile:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         return path
+
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's JSON object: a key whose value is None is left out (a SNAC file has no
+        ``speaker_globals``, a captured BiCodec file no ``seed``)."""
+        data = {**asdict(self), "speaker_globals": (
+            None if self.speaker_globals is None else list(self.speaker_globals))}
+        return {k: v for k, v in data.items() if v is not None}
+
+
+def draw_seed() -> int:
+    """A fresh seed, as a turn draws one (31 bits)."""
+    return random.getrandbits(31)
+
+
+def design_voice(profile: Any, voice: str, *, seed: int | None = None,
+                 model: str = "") -> VoiceFile:
+    """A SNAC voice from words alone: ``voice`` (a preset name, or a description for a
+    profile with ``described_voices``) checked by the profile, and ``seed`` (drawn when
+    None). No engine work: the file pins what the prompt says and how it is sampled."""
+    if family_for(profile).has_speaker_globals:
+        raise VoiceFileError(f"model profile {profile.name} keeps a voice by its speaker "
+                             "globals: use 'voice capture' or 'voice clone'")
+    try:
+        voice = profile.check_voice(voice)
+        seed = draw_seed() if seed is None else check_int("seed", seed, 0, MAX_SEED)
+    except ValueError as e:
+        raise VoiceFileError(str(e)) from None
+    return VoiceFile(profile.name, model, voice, None, seed=seed)
 
 
 def _link_new(tmp: str, path: Path) -> None:
@@ -100,12 +143,24 @@ def parse_voice(data: Any, profile: Any, where: str = "voice") -> VoiceFile:
     if data["profile"] != profile.name:
         raise VoiceFileError(f"{where}: captured for profile {data['profile']!r}, "
                              f"not {profile.name!r}")
+    family = family_for(profile)
     try:
         voice = profile.check_voice(data["voice"])
-        speaker_globals = family_for(profile).check_globals(data.get("speaker_globals"))
+        seed = data.get("seed")
+        if seed is not None:
+            seed = check_int("seed", seed, 0, MAX_SEED)
+        if family.has_speaker_globals:
+            speaker_globals = family.check_globals(data.get("speaker_globals"))
+        else:
+            if data.get("speaker_globals") is not None:
+                family.check_globals(data["speaker_globals"])  # says it takes none
+            if seed is None:
+                raise ValueError(f"a {profile.name} voice is kept by its words and its seed: "
+                                 "'seed' (an integer) is required")
+            speaker_globals = None
     except ValueError as e:
         raise VoiceFileError(f"{where}: {e}") from None
-    return VoiceFile(data["profile"], data["model"], voice, speaker_globals)
+    return VoiceFile(data["profile"], data["model"], voice, speaker_globals, seed=seed)
 
 
 def voices_in(folder: str | Path, profile: Any) -> dict[str, VoiceFile]:
