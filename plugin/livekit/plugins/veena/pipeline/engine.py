@@ -47,6 +47,21 @@ class EngineHealth:
         return self.state in ("stopped", "starting", "ready")
 
 
+@dataclass(eq=False)
+class _LiveRequest:
+    """A running request's consumer: ``mark_dead`` cancels it while it waits on vLLM."""
+
+    task: asyncio.Task | None = None
+    """The task awaiting vLLM's next output (whoever iterates the generator)."""
+    waiting: bool = False
+    """Awaiting vLLM's next output (not handling the last one in the caller's code)."""
+    killed: bool = False
+    """Cancelled by ``mark_dead``: that cancellation is an ``EngineDeadError``."""
+
+    def wait(self) -> None:
+        self.task, self.waiting = asyncio.current_task(), True
+
+
 def _model_missing(error: BaseException) -> bool:
     """A start failure caused by files that are not there (a local path, a hub repository or
     an offline cache entry: all OSErrors), as opposed to a network blip."""
@@ -79,10 +94,9 @@ class VllmEngine:
         self._start_error: BaseException | None = None
         self._watch_task: asyncio.Task | None = None
         self._health_poll_s = health_poll_s
-        self._dead: asyncio.Future | None = None
         self.dead_reason: str | None = None
         self._dead_listeners: list[Callable[[str], None]] = []
-        self._live: set[str] = set()
+        self._live: dict[str, _LiveRequest] = {}
         self.last_output = time.monotonic()
         """When any request last received tokens: proof that the engine makes progress."""
 
@@ -149,7 +163,6 @@ class VllmEngine:
                 raise EngineDeadError(f"vLLM cannot start: model {self.options.model!r} "
                                       f"not found ({e})") from e
             raise EngineError(f"failed to start vLLM for {self.options.model!r}: {e}") from e
-        self._dead = asyncio.get_running_loop().create_future()
         self._watch_task = asyncio.get_running_loop().create_task(
             self._watch(), name="veena-engine-watch")
 
@@ -194,8 +207,12 @@ class VllmEngine:
         self.dead_reason = reason
         logger.error("vLLM engine is dead", extra={"reason": reason,
                                                     "live_requests": len(self._live)})
-        if self._dead is not None and not self._dead.done():
-            self._dead.set_result(reason)
+        # fail every request blocked on vLLM now; the others see ``dead_reason`` when they
+        # come back for more
+        for live in self._live.values():
+            if live.waiting and live.task is not None and not live.task.done():
+                live.killed = True
+                live.task.cancel()
         for listener in self._dead_listeners:
             try:
                 listener(reason)
@@ -224,49 +241,58 @@ class VllmEngine:
     ) -> AsyncIterator[list[int]]:
         """Yield each batch of NEW token ids; exiting early aborts the vLLM request.
 
-        Everything handed to vLLM is re-checked by type here (ValueError), whatever the
-        caller validated before."""
+        A plain ``async for`` over vLLM's stream (no task or wait per token): engine death
+        reaches a request through ``mark_dead``, which cancels the consumer while it waits on
+        vLLM (turned into ``EngineDeadError`` here) and is checked whenever it comes back for
+        more. Everything handed to vLLM is re-checked by type here (ValueError), whatever
+        the caller validated before."""
         params = sampling.validate().to_vllm()
         prompt = {"prompt_token_ids": list(check_int_list(
             "prompt_token_ids", prompt_token_ids, 0, MAX_TOKEN_ID))}
         if not prompt["prompt_token_ids"]:
             raise ValueError("prompt_token_ids is empty")
         await self.start()
-        assert self._llm is not None and self._dead is not None
+        assert self._llm is not None
         request_id = request_id or self.new_request_id()
-        self._live.add(request_id)
+        live = _LiveRequest()
+        self._live[request_id] = live
         finished = False
         outputs = self._llm.generate(prompt, params, request_id)
-        nxt: asyncio.Future | None = None
         try:
-            while not finished:
-                nxt = asyncio.ensure_future(outputs.__anext__())
-                await asyncio.wait({nxt, self._dead}, return_when=asyncio.FIRST_COMPLETED)
-                if not nxt.done():
+            live.wait()
+            async for out in outputs:
+                live.waiting = False
+                self.last_output = time.monotonic()
+                finished = out.finished
+                if out.outputs:
+                    new = list(out.outputs[0].token_ids)
+                    if new:
+                        yield new
+                if finished:
+                    break
+                if self.dead_reason is not None:  # it died while the caller had the tokens
                     raise EngineDeadError(f"vLLM engine died during request {request_id}: "
                                           f"{self.dead_reason}")
-                try:
-                    out = nxt.result()
-                except StopAsyncIteration:
-                    break
-                self.last_output = time.monotonic()
-                new = list(out.outputs[0].token_ids) if out.outputs else []
-                finished = out.finished
-                if new:
-                    yield new
-        except (asyncio.CancelledError, GeneratorExit, EngineError):
+                live.wait()
+        except asyncio.CancelledError:
+            if live.killed and live.task is not None and live.task.uncancel() == 0:
+                # our own cancel from mark_dead, and nobody else's: the engine is gone
+                raise EngineDeadError(f"vLLM engine died during request {request_id}: "
+                                      f"{self.dead_reason}") from None
+            raise
+        except (GeneratorExit, EngineError):
             raise
         except Exception as e:  # vLLM raises its own types; callers see ours
+            live.waiting = False
+            if live.killed and live.task is not None and live.task.cancelling():
+                live.task.uncancel()  # vLLM turned our cancel into its own error
             if self._llm is not None and getattr(self._llm, "errored", False):
                 self.mark_dead(f"vLLM engine errored: {e!r}")
                 raise EngineDeadError(f"vLLM engine died: {e}") from e
             raise EngineError(f"vLLM request {request_id} failed: {e}") from e
         finally:
-            self._live.discard(request_id)
-            if nxt is not None and not nxt.done():
-                nxt.cancel()
-                with contextlib.suppress(BaseException):
-                    await nxt
+            live.waiting = False
+            self._live.pop(request_id, None)
             if not finished and self._llm is not None and self.dead_reason is None:
                 await self._abort(request_id)
             with contextlib.suppress(Exception):
