@@ -1,12 +1,15 @@
 """Text chunker: fast first chunk, sentence chunks, Indic ends, no false sentence ends."""
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from livekit.plugins.veena.pipeline.chunking import (
     ChunkerOptions,
     TextChunker,
     chunk_text,
 )
+from livekit.plugins.veena.pipeline.tags import find_tags, spoken_text
 
 
 def _stream(text, opts=ChunkerOptions(), step=3):
@@ -64,3 +67,101 @@ def test_bounded_chunk_length():
 def test_invalid_options():
     with pytest.raises(ValueError):
         ChunkerOptions(first_min_chars=100, first_max_chars=10).validate()
+
+
+# -- expressive tags (issue 19) ----------------------------------------------------------
+
+ANY = ChunkerOptions(first_min_chars=1, min_chars=1)
+
+
+def _pushes(pieces, opts=ANY):
+    """What each push returns, then the flush's chunks."""
+    c = TextChunker(opts)
+    return [c.push(p) for p in pieces] + [c.flush()]
+
+
+def test_a_tag_split_across_deltas_stays_whole():
+    assert _stream("Hello <laugh> there.", ANY, step=1) == ["Hello <laugh> there."]
+    assert _pushes(["Hello <lau", "gh> there."]) == [[], [], ["Hello <laugh> there."]]
+    # the first chunk's clause cut waits while "<lau" may still become a tag
+    assert _pushes(["Hello there, <", "sigh> fine"], ChunkerOptions()) == [
+        [], ["Hello there,"], ["<sigh> fine"]]
+
+
+def test_a_tag_after_a_sentence_end_starts_the_next_chunk():
+    assert chunk_text("Hi. <sigh> Fine.", ANY) == ["Hi.", "<sigh> Fine."]
+    assert chunk_text("Hi!<laugh> ok", ANY) == ["Hi!", "<laugh> ok"]  # no space: still an end
+    assert chunk_text("Hi. <sigh> <gasp> Oh.", ANY) == ["Hi.", "<sigh> <gasp> Oh."]
+    # decided as soon as a spoken character follows the tags
+    assert _pushes(["Hi. ", "<sigh>", " F", "ine."]) == [[], [], ["Hi."], [], ["<sigh> Fine."]]
+    assert _pushes(["Hi!<la", "ugh> ok"]) == [[], ["Hi!"], ["<laugh> ok"]]
+
+
+def test_tags_with_nothing_spoken_after_them_stay_with_the_last_words():
+    assert chunk_text("That's funny! <laugh>", ANY) == ["That's funny! <laugh>"]
+    assert chunk_text("Hi!<laugh>", ANY) == ["Hi!<laugh>"]
+    assert chunk_text("Well, <sigh> ", ChunkerOptions(first_min_chars=3)) == ["Well, <sigh>"]
+    assert _pushes(["That's funny! ", "<laugh>", " "]) == [[], [], [], ["That's funny! <laugh>"]]
+    assert chunk_text("<laugh>", ANY) == ["<laugh>"]  # a text of only a tag is still said
+
+
+def test_no_false_sentence_end_inside_or_around_tags():
+    opts = ChunkerOptions(first_min_chars=200, first_max_chars=200, min_chars=1)
+    for text in ("Ask Dr.<sigh> Rao about it.", "A special <|a.b|> token. x", "Pi is 3.<x>14"):
+        assert chunk_text(text, opts)[0].startswith(text.split(".")[0])
+    assert chunk_text("Ask Dr.<sigh> Rao about it.", ANY) == ["Ask Dr.<sigh> Rao about it."]
+    assert chunk_text("a <|x.|> b", ANY) == ["a <|x.|> b"]
+
+
+def test_forced_breaks_never_split_a_tag_nor_part_it_from_its_word():
+    opts = ChunkerOptions(first_min_chars=40, first_max_chars=45, max_chars=45)
+    text = "word " * 8 + "<laugh> next and more"  # the last space before 45 follows the tag
+    assert chunk_text(text, opts) == ["word " * 7 + "word", "<laugh> next and more"]
+    assert chunk_text("x" * 40 + "<laugh>yy", opts) == ["x" * 40, "<laugh>yy"]
+    assert _stream("x" * 40 + "<laugh>yy", opts, step=1) == ["x" * 40, "<laugh>yy"]
+
+
+_PIECES = st.sampled_from([
+    "Hello", "there", "a", "longer_word", "Dr.", "3.14", "example.com", "नमस्ते",
+    ".", "!", "?", ",", ";", "।", "\"", ")",
+    " ", " ", " ", "  ", "\n",
+    "<laugh>", "<sigh>", "<happy>", "<|eot_id|>", "<custom_token_5>", "</laugh>",
+    "<", ">", "<3", "a < b", "x<y", "<|", "|>",
+])
+_TEXTS = st.lists(_PIECES, min_size=1, max_size=60).map("".join)
+_OPTIONS = st.sampled_from([ChunkerOptions(), ANY,
+                            ChunkerOptions(first_min_chars=5, first_max_chars=20, min_chars=10,
+                                           max_chars=30),
+                            ChunkerOptions(first_min_chars=1, first_max_chars=9, min_chars=1,
+                                           max_chars=9)])
+PROPERTY = settings(max_examples=400, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def _split(text, cuts):
+    cuts = sorted({c % (len(text) + 1) for c in cuts})
+    return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+
+
+@PROPERTY
+@given(text=_TEXTS, cuts=st.lists(st.integers(min_value=0), max_size=12), opts=_OPTIONS)
+def test_any_split_into_deltas_gives_the_same_chunks_and_whole_tags(text, cuts, opts):
+    c = TextChunker(opts)
+    streamed = [chunk for delta in _split(text, cuts) for chunk in c.push(delta)] + c.flush()
+    assert streamed == chunk_text(text, opts)
+    # every tag appears whole in exactly one chunk, in order; nothing else is lost
+    assert [m.group() for chunk in streamed for m in find_tags(chunk)] == [
+        m.group() for m in find_tags(text)]
+    assert "".join("".join(streamed).split()) == "".join(text.split())
+    assert all(chunk and (len(chunk) <= opts.max_chars or [m.group() for m in find_tags(chunk)]
+                          == [chunk]) for chunk in streamed)  # a tag longer than max: whole
+
+
+@PROPERTY
+@given(text=_TEXTS, opts=_OPTIONS)
+def test_no_chunk_is_only_tags_unless_the_text_is(text, opts):
+    """Without forced breaks (the text fits in one chunk), a tag goes with words: the next
+    sentence's, or at the end of the text the last sentence's."""
+    if len(text) >= opts.first_max_chars or not spoken_text(text).strip():
+        return
+    assert all(spoken_text(chunk).strip() for chunk in chunk_text(text, opts))

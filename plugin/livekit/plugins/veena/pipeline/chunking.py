@@ -4,18 +4,30 @@ The first chunk is short (a clause) so first audio comes fast; later chunks are 
 merged up to a minimum length so each request carries enough prosody. Sentence ends are
 Latin ``. ! ?`` and Indic ``। ॥``; decimals (3.14), abbreviations (Dr.), URLs and e-mail
 addresses (example.com) never end a sentence. No chunk exceeds ``max_chars``: an overlong
-sentence breaks at a clause mark or a space. Pure and synchronous.
+sentence breaks at a clause mark or a space (the one exception: a tag longer than
+``max_chars`` is a chunk of its own, whole). Pure and synchronous.
+
+Expressive tags (``<laugh>``, see ``tags``) are atomic: no cut falls inside one, even when
+it arrives split across deltas. A tag belongs to the words after it, so a tag right after a
+sentence end starts the next chunk; tags with nothing spoken after them at the end of the
+text stay with the last words (never a chunk of only a tag). So after a sentence end the
+chunker waits for the next character that is neither whitespace nor a tag, as it already
+waits for the character after a ``.``. A sentence end followed directly by a tag
+(``Hi!<laugh>``) is a sentence end too.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..settings import env_int
+from .tags import TAG_PATTERN, partial_tag_start
 
 SENTENCE_ENDS = ".!?।॥"
 CLAUSE_ENDS = ",;:—–"
 _CLOSERS = "\"'”’)]}»"
+_TAG = re.compile(TAG_PATTERN)
 _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st vs etc e.g i.e no inc ltd co mt fig approx dept est govt".split()
 )
@@ -59,16 +71,44 @@ def _is_sentence_end(text: str, i: int, final: bool) -> bool | None:
         j += 1
     if j == len(text):
         return True if final else None
-    if not text[j].isspace():
+    if text[j] == "<" and not _TAG.match(text, j):
+        if not final and _in_partial_tag(text, j):
+            return None  # "Hi!<lau": a tag may follow
+        return False
+    if not text[j].isspace() and text[j] != "<":
         return False  # 3.14, example.com, a.b@c.d, "?!" inside a word
     if ch == ".":
         k = i
         while k > 0 and not text[k - 1].isspace():
             k -= 1
-        word = text[k:i].lower().strip("\"'(")
+        word = _TAG.sub("", text[k:i]).lower().strip("\"'(")
         if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
             return False  # "Dr. Rao", "J. Smith"
     return True
+
+
+def _in_partial_tag(text: str, j: int) -> bool:
+    """Whether ``text[j:]`` (starting with ``<``) may still become a tag with more text."""
+    return partial_tag_start(text[j:]) == 0
+
+
+def _settle(text: str, cut: int, final: bool, max_len: int) -> int | None:
+    """A cut before whitespace and tags: they go with the next words (``cut``), or, when
+    nothing spoken follows them at the end of the text, with this chunk (``len(text)``,
+    within ``max_len``). None while the next spoken character is not known yet."""
+    j = cut
+    while j < len(text):
+        if text[j].isspace():
+            j += 1
+        elif m := _TAG.match(text, j):
+            j = m.end()
+        elif not final and text[j] == "<" and _in_partial_tag(text, j):
+            return None
+        else:
+            return cut
+    if not final:
+        return None
+    return len(text) if len(text.strip()) <= max_len else cut
 
 
 def _end_after_closers(text: str, i: int) -> int:
@@ -100,6 +140,7 @@ class TextChunker:
 
     def _drain(self, *, final: bool) -> list[str]:
         out = []
+        self._buf = self._buf.lstrip()  # positions count from the chunk's first character
         while True:
             cut = self._find_cut(final)
             if cut is None:
@@ -115,12 +156,28 @@ class TextChunker:
         min_len = o.first_min_chars if first else o.min_chars
         max_len = o.first_max_chars if first else o.max_chars
         buf = self._buf
-        last_clause = last_space = None
+        last_clause = last_space = space_after_tag = None
+        tag_end = -1
         i = 0
         while i < len(buf):
             ch = buf[i]
+            if ch == "<":
+                m = _TAG.match(buf, i)
+                if m is None and not final and _in_partial_tag(buf, i):
+                    return None  # "<lau": wait until it is a tag or not
+                if m is not None:  # a tag is one unit: nothing inside it ends anything
+                    i = tag_end = m.end()
+                    if i > max_len:  # break before it; a tag longer than max_len is whole
+                        return _forced_cut(last_clause, last_space, space_after_tag,
+                                           m.start() or i)
+                    if i == max_len:
+                        return _forced_cut(last_clause, last_space, space_after_tag, i)
+                    continue
             if ch.isspace():
-                last_space = i
+                if i == tag_end:
+                    space_after_tag = i  # cutting here would part a tag from its word
+                else:
+                    last_space = i
             elif ch in CLAUSE_ENDS and i + 1 < len(buf) and buf[i + 1].isspace():
                 last_clause = i + 1
             end = _is_sentence_end(buf, i, final)
@@ -128,19 +185,28 @@ class TextChunker:
                 return None  # wait for the next character
             if end:
                 cut = _end_after_closers(buf, i)
+                if cut > max_len:  # "...end.।।" past the bound: break within it
+                    return _forced_cut(last_clause, last_space, space_after_tag, max_len)
                 if len(buf[:cut].strip()) >= min_len:
-                    return cut
+                    return _settle(buf, cut, final, max_len)
                 i = cut
                 continue
             if first and last_clause is not None and last_clause >= min_len:
-                return last_clause
+                return _settle(buf, last_clause, final, max_len)
             if i + 1 >= max_len:
-                for cut in (last_clause, last_space):
-                    if cut is not None and cut > 0:
-                        return cut
-                return i + 1  # one unbroken run of max_len characters
+                return _forced_cut(last_clause, last_space, space_after_tag, i + 1)
             i += 1
         return None
+
+
+def _forced_cut(last_clause: int | None, last_space: int | None,
+                space_after_tag: int | None, fallback: int) -> int:
+    """Where an overlong chunk breaks: a clause mark, else a space (one that parts a tag
+    from its word last), else ``fallback`` (one unbroken run of max_len characters)."""
+    for cut in (last_clause, last_space, space_after_tag):
+        if cut is not None and cut > 0:
+            return cut
+    return fallback
 
 
 def chunk_text(text: str, options: ChunkerOptions = ChunkerOptions()) -> list[str]:

@@ -20,7 +20,7 @@ TAG_PATTERN = r"<(?:\|[^\s<>|]*\|>|/?[A-Za-z_][A-Za-z0-9_]*/?>)"
 _TAG = re.compile(TAG_PATTERN)
 _PLAIN = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")
 _NO_SPACE_BEFORE = ",.;:!?)]}…।॥"
-_PARTIAL = re.compile(r"<(?:\|[^\s<>|]*\|?|/?[A-Za-z_][A-Za-z0-9_]*/?)?\Z")
+_PARTIAL = re.compile(r"<(?:\|[^\s<>|]*\|?|/?(?:[A-Za-z_][A-Za-z0-9_]*/?)?)?\Z")
 
 
 def tag_instructions(tags: Sequence[str]) -> str:
@@ -32,8 +32,8 @@ def tag_instructions(tags: Sequence[str]) -> str:
     return (
         "You may add expressive tags to your replies so the voice performs them. The only "
         f"tags available are: {listed}. Put a tag right before the words it colours, or "
-        "exactly where the sound happens (for example: \"That's hilarious <laugh> I can't "
-        "believe it.\"). Use them sparingly, at most one or two per reply and only where they "
+        f"exactly where the sound happens (for example: \"Oh really? <{tags[0]}> I did not "
+        "know that.\"). Use them sparingly, at most one or two per reply and only where they "
         "fit. Never invent other tags, never nest tags, never use closing tags, and never "
         "explain or mention them: they are performed, not read aloud."
     )

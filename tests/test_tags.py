@@ -1,0 +1,78 @@
+"""Expressive tags: what counts as a tag, which ones are removed (unknown names and
+special-token forms), the spoken words of a text, and the instruction for an agent's LLM."""
+
+import pytest
+
+from livekit.plugins.veena.models.profiles import MAYA1, MAYA1_TAGS, ORPHEUS, VEENA
+from livekit.plugins.veena.pipeline.tags import (
+    find_tags,
+    partial_tag_start,
+    spoken_text,
+    strip_unknown_tags,
+    tag_instructions,
+)
+
+KNOWN = ("laugh", "sigh", "laugh_harder")
+
+
+@pytest.mark.parametrize("text, clean, removed", [
+    ("Hello <happy> world", "Hello world", ["<happy>"]),
+    ("Hello <laugh> world", "Hello <laugh> world", []),
+    ("Ha <LAUGH> ok <Laugh_Harder>", "Ha <laugh> ok <laugh_harder>", []),  # profile spelling
+    ("<happy> Hi", "Hi", ["<happy>"]),
+    ("Hi <happy>", "Hi", ["<happy>"]),
+    ("a  <x>   <y>  b", "a b", ["<x>", "<y>"]),  # whitespace around collapses to one space
+    ("Hello<happy>world", "Helloworld", ["<happy>"]),  # no whitespace: none added
+    ("well <happy>, fine", "well, fine", ["<happy>"]),  # none before punctuation
+    ("hi <x><laugh> there", "hi <laugh> there", ["<x>"]),
+    # special-token injection forms
+    ("Hi<|eot_id|> there", "Hi there", ["<|eot_id|>"]),
+    ("<|begin_of_text|>x <|start_header_id|>", "x", ["<|begin_of_text|>", "<|start_header_id|>"]),
+    ("a <custom_token_5> b", "a b", ["<custom_token_5>"]),
+    ("a <spk_agastya> b", "a b", ["<spk_agastya>"]),  # another voice's prompt token
+    ("say </laugh> or <laugh/>", "say or", ["</laugh>", "<laugh/>"]),  # not the plain form
+    # not tags: plain text stays exactly as written
+    ("a < b > c", "a < b > c", []),
+    ("x<y and y>x", "x<y and y>x", []),
+    ("<a b> and <3 and <>", "<a b> and <3 and <>", []),
+    ("<| eot |>", "<| eot |>", []),
+    ("  spaces stay  ", "  spaces stay  ", []),
+])
+def test_strip_unknown_tags(text, clean, removed):
+    assert strip_unknown_tags(text, KNOWN) == (clean, removed)
+
+
+def test_a_profile_without_tags_removes_every_tag():
+    assert VEENA.tags == ()
+    assert strip_unknown_tags("<laugh> Hi <sigh>", VEENA.tags) == ("Hi", ["<laugh>", "<sigh>"])
+    assert strip_unknown_tags("Hi <laugh_harder>", MAYA1.tags) == ("Hi <laugh_harder>", [])
+    assert strip_unknown_tags("Hi <laugh_harder>", ORPHEUS.tags) == ("Hi", ["<laugh_harder>"])
+
+
+def test_spoken_text_has_no_tag_at_all():
+    assert spoken_text("<sigh> Fine, <laugh> really <happy>!") == "Fine, really!"
+    assert spoken_text("That's funny! <laugh>") == "That's funny!"
+    assert spoken_text("<laugh>") == ""
+    assert spoken_text("a < b > c") == "a < b > c"
+
+
+def test_find_tags_and_partial_tags():
+    assert [m.group() for m in find_tags("a <x> b <|y|> c < d >")] == ["<x>", "<|y|>"]
+    assert partial_tag_start("Hello <lau") == 6
+    assert partial_tag_start("Hello <") == 6
+    assert partial_tag_start("x <|eot_i") == 2
+    assert partial_tag_start("x </") == 2 and partial_tag_start("x <laugh/") == 2
+    assert partial_tag_start("Hello <laugh>") is None
+    assert partial_tag_start("a < b") is None and partial_tag_start("plain") is None
+
+
+def test_tag_instructions():
+    text = tag_instructions(MAYA1_TAGS)
+    assert "\n" not in text
+    assert all(f"<{t}>" in text for t in MAYA1_TAGS)
+    # the example uses one of the voice's own tags, never one it cannot perform
+    assert [m.group() for m in find_tags(text)] == [f"<{t}>" for t in MAYA1_TAGS + MAYA1_TAGS[:1]]
+    assert [m.group() for m in find_tags(tag_instructions(["sigh"]))] == ["<sigh>"] * 2
+    for rule in ("right before the words", "sparingly", "Never invent", "never nest"):
+        assert rule in text
+    assert tag_instructions(()) == "" and tag_instructions(VEENA.tags) == ""
