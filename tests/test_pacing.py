@@ -12,7 +12,7 @@ from livekit.plugins.veena.pipeline.pacing import (
     PacingOptions,
     window_sizes,
 )
-from livekit.plugins.veena.pipeline.windowing import WindowOptions, WindowPlanner
+from livekit.plugins.veena.pipeline.windowing import Window, WindowOptions, WindowPlanner
 
 STEP_S = 2048 / 24000  # one SNAC frame
 OPTS = WindowOptions(first=2, new=8, left=2, right=2)
@@ -65,8 +65,9 @@ def simulate(rate_x: float, frames: int, cost_per_step: float, pacing=PacingOpti
             planner.delivered(item, now)
             in_flight = None
         pump()
-        if in_flight is None and planner.waiting_on_time():
-            heapq.heappush(events, (now + 0.02, 2, 0))  # ask again as the buffer drains
+        at = planner.recheck_at() if in_flight is None else None
+        if at is not None:  # ask again when the draining buffer can change the answer
+            heapq.heappush(events, (max(at, now + 1e-3), 2, 0))
     assert planner.exhausted
     return listener.windows, listener.first, listener.gaps
 
@@ -165,3 +166,140 @@ def test_options_checked():
         with pytest.raises(ValueError):
             PacingOptions(**bad).validate()
     assert window_sizes(2, 32) == (2, 4, 8, 16, 32) and window_sizes(10, 160)[-1] == 160
+
+
+# -- disturbances: a lagging event loop, a stalled engine -----------------------------------
+# The decoder is GPU-like (3 ms a call, timed on its worker, so never more); the planner sees
+# only sizes already measured, as from ``DecodeScheduler.decode_cost``. Events (a token's
+# arrival, a decoded window reaching the listener) are handled when the event loop gets to
+# them: ``handle(t)`` is that time for an event due at ``t``.
+
+GPU_CALL_S = 0.003
+
+
+def _half_blocked(start: float, length: float, slice_s: float = 0.1):
+    """The loop is blocked every other ``slice_s`` during [start, start + length): an event
+    due in a blocked slice is handled when that slice ends."""
+    def handle(t: float) -> float:
+        k = int((t - start) // slice_s) if start <= t < start + length else 1
+        return start + (k + 1) * slice_s if k % 2 == 0 else t
+    return handle
+
+
+def _arrivals_1x(frames: int, stall_at: float | None = None, stall_s: float = 0.0):
+    """Frame k due at (k + 1) steps at exactly real time; an engine stall at ``stall_at``
+    delays every later frame by ``stall_s`` (nothing is generated meanwhile)."""
+    due = [(k + 1) * STEP_S for k in range(frames)]
+    return [t + stall_s if stall_at is not None and t >= stall_at else t for t in due]
+
+
+def simulate_disturbed(arrivals, handle=lambda t: t):
+    """The adaptive planner on a disturbed clock. Returns (listener, chosen) where chosen
+    holds (time, window size, buffer s, largest size the buffer allowed) per window."""
+    measured: dict[int, float] = {}
+
+    def cost(steps):  # the scheduler's rule: measured, or bounded by a larger measured one
+        if steps in measured:
+            return measured[steps]
+        larger = [k for k in measured if k > steps]
+        return measured[min(larger)] if larger else None
+
+    planner = AdaptivePlanner(OPTS, PacingOptions(), STEP_S, cost)
+    events = [(handle(t), 0, k) for k, t in enumerate(arrivals)]
+    heapq.heapify(events)
+    now, in_flight, listener, chosen, seq = 0.0, None, Listener(), [], 0
+
+    def pump():
+        nonlocal in_flight
+        if in_flight is not None:
+            return
+        buffer, dry = planner.buffer_s(now), planner.dry
+        w = planner.next_window(now)
+        if w is not None:
+            in_flight = w
+            chosen.append((now, w.keep_end - w.keep_start, buffer, dry))
+            heapq.heappush(events, (handle(now + GPU_CALL_S), 1, w))
+        elif (at := planner.recheck_at()) is not None:
+            heapq.heappush(events, (max(at, now + 1e-3), 2, 0))
+
+    while events:
+        now, kind, item = heapq.heappop(events)
+        if kind == 0:
+            planner.add(1, now)
+            if item == len(arrivals) - 1:
+                planner.finish()
+        elif kind == 1:
+            measured[item.steps] = GPU_CALL_S  # timed on the worker: the loop adds nothing
+            listener.hear(item, now)
+            planner.delivered(item, now)
+            in_flight = None
+        pump()
+    assert planner.exhausted and _kept(listener.windows) == list(range(len(arrivals)))
+    return listener, chosen
+
+
+def simulate_ramp_disturbed(arrivals, handle=lambda t: t):
+    """The fixed ramp on the same disturbed clock: windows queue when decodable, one decoder
+    works through them in order, each result reaches the listener when the loop handles it."""
+    ramp, free_at, listener = WindowPlanner(OPTS), 0.0, Listener()
+    for k, t in enumerate(arrivals):
+        planned = ramp.add(1) + (ramp.finish() if k == len(arrivals) - 1 else [])
+        for w in planned:
+            free_at = max(free_at, handle(t)) + GPU_CALL_S
+            listener.hear(w, handle(free_at))
+    return listener
+
+
+def _rebuffer_size() -> int:
+    need = PacingOptions().rebuffer_ms / 1000.0 / STEP_S
+    return next(s for s in window_sizes(2, 32) if s >= need)
+
+
+@pytest.mark.parametrize("case", ["half_blocked_loop", "engine_stall"])
+def test_a_lagging_loop_or_a_stalled_engine_never_makes_windows_outgrow_the_buffer(case):
+    """Exactly real time (the listener holds about two steps): the loop half blocked for 2 s,
+    or the engine silent for 1.5 s. Adaptive windows never outgrow the ramp's, no window
+    the listener waits for is larger than its buffer covered (or, once it ran dry below
+    real time, the rebuffer size), and the listener hears no more gap than with the ramp."""
+    frames = 150
+    if case == "half_blocked_loop":
+        arrivals, handle = _arrivals_1x(frames), _half_blocked(4.0, 2.0)
+    else:
+        arrivals, handle = _arrivals_1x(frames, stall_at=4.0, stall_s=1.5), (lambda t: t)
+    listener, chosen = simulate_disturbed(arrivals, handle)
+    ramp = simulate_ramp_disturbed(arrivals, handle)
+    ramp_max = OPTS.new
+    for now, size, buffer, dry in chosen:
+        assert size <= ramp_max, (now, size, buffer)
+        # a window larger than the smallest is decodable now, so it only waits for its
+        # decode: never larger than the rebuffer size once dry, else covered by the buffer
+        if size > 2:
+            assert (dry and size <= _rebuffer_size()) or GPU_CALL_S <= buffer, \
+                (now, size, buffer)
+    assert listener.first == pytest.approx(ramp.first)
+    assert listener.gaps <= ramp.gaps + 1e-9, (listener.gaps, ramp.gaps)
+
+
+def test_unmeasured_sizes_are_tried_one_step_at_a_time():
+    """One measurement says a 2-step window (6 steps with context) takes 0.4 s, longer than
+    it plays (a loaded decoder, or a loop-delayed measurement): the planner tries the next
+    size up, never a size nobody measured further up (a linear fit from 6 steps would have
+    jumped to 16 new steps, 1.4 s of audio the listener waits for)."""
+    measured = {6: 0.4}
+
+    def cost(steps):
+        if steps in measured:
+            return measured[steps]
+        larger = [k for k in measured if k > steps]
+        return measured[min(larger)] if larger else None
+
+    planner = AdaptivePlanner(OPTS, PacingOptions(), STEP_S, cost)
+    for k in range(80):
+        planner.add(1, k * STEP_S / 2)  # tokens at twice real time: plenty to choose from
+    planner.kept = 40
+    planner.delivered(Window(0, 2, 0, 2), 40 * STEP_S)
+    assert planner.sustainable_size() == 4 and planner.choose_size(40 * STEP_S) == 4
+    measured[8] = 0.4  # the 4-step size measured, still too slow: now the next one
+    assert planner.choose_size(40 * STEP_S) == 8
+    measured[12] = 0.1  # the 8-step size keeps up: it stays there
+    assert planner.choose_size(40 * STEP_S) == 8

@@ -63,17 +63,20 @@ def window_sizes(first: int, max_new: int) -> tuple[int, ...]:
 
 class AdaptivePlanner:
     """Pull planner: ``add`` steps as they arrive, ``delivered`` each window's audio as the
-    listener gets it, and ask ``next_window`` whenever no window is in flight."""
+    listener gets it, and ask ``next_window`` whenever no window is in flight (and again at
+    ``recheck_at`` when it held one back for a larger size)."""
 
     def __init__(self, window: WindowOptions, pacing: PacingOptions, step_s: float,
-                 decode_cost: Callable[[int], float]) -> None:
-        """``decode_cost(steps)``: expected seconds to decode a window of ``steps`` steps
-        (context included), e.g. ``DecodeScheduler.decode_cost``."""
+                 decode_cost: Callable[[int], float | None]) -> None:
+        """``decode_cost(steps)``: seconds the codec takes for a window of ``steps`` steps
+        (context included) as measured on this codec and device, or None where that size was
+        never measured (e.g. ``DecodeScheduler.decode_cost``)."""
         self.window = window.validate()
         self.pacing = pacing.validate()
         self.sizes = window_sizes(window.first, max(window.first, pacing.max_new))
         self.step_s = step_s
         self._cost = decode_cost
+        self._ctx = self.window.left + self.window.right
         self.kept = 0
         self.available = 0
         self.final = False
@@ -82,6 +85,7 @@ class AdaptivePlanner:
         """When the listener runs out of audio (it plays what it has, pauses when dry)."""
         self.dry = False
         self._arrivals: collections.deque[tuple[float, int]] = collections.deque(maxlen=48)
+        self._recheck_at: float | None = None
 
     # -- what the planner is told ---------------------------------------------------------
     def add(self, count: int, now: float) -> None:
@@ -107,7 +111,7 @@ class AdaptivePlanner:
         return max(0.0, self.play_end - now)
 
     def token_rate(self) -> float | None:
-        """Recent steps per second (None until two arrivals)."""
+        """Recent steps per second (None until two arrivals): the last 48 arrivals' ends."""
         if len(self._arrivals) < 2:
             return None
         (t0, n0), (t1, n1) = self._arrivals[0], self._arrivals[-1]
@@ -117,24 +121,50 @@ class AdaptivePlanner:
     def exhausted(self) -> bool:
         return self.final and self.kept >= self.available
 
+    def cost(self, size: int, steps: int) -> float | None:
+        """Expected decode seconds of a window of ``size`` new steps (``steps`` in all):
+        measured, or for the one size above a measured one (sizes double) twice that one's
+        cost (decode work grows at most linearly with steps); None further up, where nothing
+        was measured: the planner never goes there before the size below it is measured."""
+        measured = self._cost(steps)
+        if measured is not None or size == self.sizes[0]:
+            return measured if measured is not None else 0.0
+        below = self.sizes[self.sizes.index(size) - 1]
+        smaller = self._cost(steps - (size - below))
+        return None if smaller is None else 2.0 * smaller
+
     # -- the decision ---------------------------------------------------------------------
     def sustainable_size(self) -> int:
         """The smallest size that decodes faster than its steps arrive and play: below it a
         stream falls further behind with every window, whatever its buffer. Tokens slower
-        than real time leave the decoder that much more time per step."""
+        than real time leave the decoder that much more time per step. Only measured costs
+        count: if no measured size keeps up, the next size up (one step beyond the largest
+        measured), so a wrong or polluted measurement grows windows one step at a time."""
         rate = self.token_rate()
         period = max(self.step_s, 1.0 / rate) if rate else self.step_s
-        ctx = self.window.left + self.window.right
-        return next((s for s in self.sizes if self._cost(s + ctx) <= s * period),
-                    self.sizes[-1])
+        ctx = self._ctx
+        for s in self.sizes:
+            cost = self._cost(s + ctx)
+            if cost is None:
+                return s  # the first size never measured: try it before anything larger
+            if cost <= s * period:
+                return s
+        return self.sizes[-1]
 
     def choose_size(self, now: float) -> int:
-        """The window size to decode next."""
+        """The window size to decode next (and, when it is held back for more steps, when
+        the choice can change as the buffer drains: ``recheck_at``)."""
+        self._recheck_at = None
+        sizes = self.sizes
         if self.kept == 0:
-            return self.sizes[0]  # first audio as early as the fixed ramp
+            return sizes[0]  # first audio as early as the fixed ramp
         # like the ramp, never more new steps than the listener has had: a wrong cost
         # estimate (a busy machine) then costs at most a gap as long as what was delivered
-        cap = max(s for s in self.sizes if s <= max(self.sizes[0], self.kept))
+        limit = max(sizes[0], self.kept)
+        cap = sizes[0]
+        for s in sizes:
+            if s <= limit:
+                cap = s
         floor = min(self.sustainable_size(), cap)
         rate = self.token_rate()
         if self.dry:
@@ -142,27 +172,49 @@ class AdaptivePlanner:
                 # tokens come slower than the audio plays: gaps will come whatever we do,
                 # so make the next one a single pause before a longer run of speech
                 need = self.pacing.rebuffer_ms / 1000.0 / self.step_s
-                return next((s for s in self.sizes if s >= max(need, floor)), cap)
-        # the largest size whose tokens and decode fit in the listener's buffer; if none
-        # fits, a gap is coming: the smallest size that does not fall further behind
-        budget = self.buffer_s(now) * self.pacing.margin
+                return next((s for s in sizes if s >= max(need, floor)), cap)
+        # the largest size whose missing tokens and decode fit in the listener's buffer (a
+        # window that takes longer than the buffer lasts is a gap: never chosen, whatever
+        # the reason it would be cheaper per step); if none fits, a gap is coming: the
+        # smallest size that does not fall further behind
+        margin = self.pacing.margin
+        budget = self.buffer_s(now) * margin
         right = 0 if self.final else self.window.right
-        best = None
-        for size in self.sizes:
-            missing = max(0, self.kept + size + right - self.available)
-            if missing and (self.final or not rate):
+        steps_extra = self.window.left + right
+        best, held_need = None, None
+        for size in sizes:
+            if size < floor:
+                continue
+            if size > cap:
                 break
-            wait = missing / rate if missing else 0.0
-            if floor <= size <= cap and wait + self._cost(size + self.window.left + right) <= budget:
+            missing = self.kept + size + right - self.available
+            if missing > 0 and (self.final or not rate):
+                break
+            cost = self.cost(size, size + steps_extra)
+            if cost is None:
+                break  # not measured, nor the one size above a measured one
+            need = (missing / rate if missing > 0 else 0.0) + cost
+            if need <= budget:
                 best = size
-        return floor if best is None else best
+                if missing > 0 and (held_need is None or need < held_need):
+                    held_need = need
+        if best is None:
+            return floor
+        if held_need is not None and self.kept + best + right > self.available:
+            # held back for a larger size: once the buffer no longer covers the cheapest
+            # such size, a size decodable now may win
+            self._recheck_at = self.play_end - held_need / margin
+        return best
 
     def next_window(self, now: float) -> Window | None:
-        """The window to decode now, or None (wait for more steps; ask again later)."""
+        """The window to decode now, or None (wait for more steps, or until ``recheck_at``)."""
         remaining = self.available - self.kept
+        self._recheck_at = None
         if remaining <= 0:
             return None
         o = self.window
+        if not self.final and remaining < self.sizes[0] + o.right:
+            return None  # nothing is decodable before more steps arrive
         size = self.choose_size(now)
         if self.final and remaining <= size:  # the last window: the rest, one-pass exact
             return self._take(remaining, self.available)
@@ -173,13 +225,17 @@ class AdaptivePlanner:
             return None
         return self._take(size, end)
 
-    def waiting_on_time(self) -> bool:
-        """A window could be decoded now but was held back for a larger one: the decision
-        changes as the buffer drains, so ask again soon even if no step arrives."""
-        return not self.final and self.available - self.kept - self.window.right >= self.sizes[0]
+    def recheck_at(self) -> float | None:
+        """After ``next_window`` returned None: when its answer can change with no new step
+        (a window decodable now was held back for a larger one, and the buffer drains), or
+        None (only a new step, a finish or a decoded window can change it)."""
+        if self.final or self.available - self.kept - self.window.right < self.sizes[0]:
+            return None
+        return self._recheck_at
 
     def _take(self, size: int, end: int) -> Window:
         w = Window(max(0, self.kept - self.window.left), end, self.kept, self.kept + size)
         self.kept += size
         self.dry = False
+        self._recheck_at = None
         return w

@@ -177,19 +177,35 @@ class RequestRun:
 
     def _pump(self) -> None:
         """Listener-paced: with no window in flight, submit the one the planner picks now;
-        if it holds one back for a larger size, ask it again shortly."""
+        if it holds one back for a larger size, ask it again when its answer can change
+        without a new step (one timer, moved only to an earlier time; no polling)."""
         if self.planner is None or self._ended or self._in_flight:
             return
+        now = time.monotonic()
+        window = self.planner.next_window(now)
+        if window is not None:
+            self._cancel_recheck()
+            self._submit([window])
+        elif self.planner.exhausted:
+            self._cancel_recheck()
+            self._end()
+        elif (at := self.planner.recheck_at()) is not None:
+            loop = asyncio.get_running_loop()
+            when = loop.time() + max(at - now, 0.001)
+            if self._recheck is None or self._recheck.when() > when:
+                self._cancel_recheck()  # an earlier one stays: it asks, then re-arms
+                self._recheck = loop.call_at(when, self._rechecked)
+        else:
+            self._cancel_recheck()
+
+    def _rechecked(self) -> None:
+        self._recheck = None
+        self._pump()
+
+    def _cancel_recheck(self) -> None:
         if self._recheck is not None:
             self._recheck.cancel()
             self._recheck = None
-        window = self.planner.next_window(time.monotonic())
-        if window is not None:
-            self._submit([window])
-        elif self.planner.exhausted:
-            self._end()
-        elif self.planner.waiting_on_time():
-            self._recheck = asyncio.get_running_loop().call_later(0.02, self._pump)
 
     def _end(self) -> None:
         if not self._ended:

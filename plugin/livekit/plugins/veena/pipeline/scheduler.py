@@ -59,8 +59,13 @@ class DecodeScheduler:
         self,
         codec: Codec,
         options: SchedulerOptions = SchedulerOptions(),
+        *,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        """``clock``: seconds, read on the worker around each codec call (tests pass a
+        simulated one)."""
         self.codec = codec
+        self._clock = clock
         self.options = options
         self.stats = SchedulerStats()
         self._listeners: list[Callable[[int, float, float], None]] = []
@@ -69,8 +74,9 @@ class DecodeScheduler:
         self._task: asyncio.Task | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="veena-decode")
         self._closed = False
-        self._latency: dict[int, float] = {}
-        """Window steps -> recent seconds from submit to decoded (queue wait included)."""
+        self._cost: dict[int, float] = {}
+        """Window steps -> recent seconds of the codec call that decoded such windows, timed
+        on the worker (no queue wait, no event-loop delay)."""
         self._per_window: dict[int, float] = {}
         """Batch size bucket (a power of two) -> recent decode seconds per window."""
         self._since_probe = 0
@@ -93,16 +99,17 @@ class DecodeScheduler:
         self._wakeup.set()
         return fut
 
-    def decode_cost(self, steps: int) -> float:
-        """Expected seconds from submitting a window of ``steps`` steps to its audio, as
-        measured on this codec and device (scaled from the nearest measured size; before any
-        measurement, half the window's audio duration)."""
-        if steps in self._latency:
-            return self._latency[steps]
-        if self._latency:
-            near = min(self._latency, key=lambda k: abs(k - steps))
-            return self._latency[near] * steps / near
-        return 0.5 * steps * self.codec.samples_per_step / self.codec.sample_rate
+    def decode_cost(self, steps: int) -> float | None:
+        """Seconds the codec takes for a window of ``steps`` steps, as measured on this
+        codec and device (start to end of the codec call, on its worker): that size's own
+        measurement, else the smallest larger one's (decode work never shrinks with more
+        steps), else None. Never a guess from smaller sizes: a caller that wants a size
+        larger than any measured must try it first."""
+        cost = self._cost.get(steps)
+        if cost is not None or not self._cost:
+            return cost
+        larger = [k for k in self._cost if k > steps]
+        return self._cost[min(larger)] if larger else None
 
     def batch_limit(self) -> int:
         """The largest batch worth building now (see ``SchedulerOptions.adaptive_batch``):
@@ -128,12 +135,12 @@ class DecodeScheduler:
         return limit
 
     def _measure(self, batch: list["_Job"], started: float, done: float) -> None:
-        now = time.perf_counter()
-        for job in batch:
-            steps = int(job.input.codes.shape[0])
-            seen = now - job.enqueued
-            self._latency[steps] = seen if steps not in self._latency else \
-                0.7 * self._latency[steps] + 0.3 * seen
+        """One codec call, timed on the worker: its cost for each window shape it held
+        (a batch holds one shape), and its cost per window for its batch size."""
+        call = done - started
+        for steps in {int(job.input.codes.shape[0]) for job in batch}:
+            old = self._cost.get(steps)
+            self._cost[steps] = call if old is None else 0.7 * old + 0.3 * call
         bucket = 1 << (len(batch).bit_length() - 1)
         per = (done - started) / len(batch)
         self._per_window[bucket] = per if bucket not in self._per_window else \
@@ -205,10 +212,10 @@ class DecodeScheduler:
             batch = self._take_batch()
             if not batch:
                 continue
-            started = time.perf_counter()
+            submitted = time.perf_counter()
             try:
-                results = await loop.run_in_executor(
-                    self._executor, self.codec.decode, [j.input for j in batch]
+                results, started, done = await loop.run_in_executor(
+                    self._executor, self._decode_timed, [j.input for j in batch]
                 )
             except Exception as e:  # the codec failed: every window of this batch fails
                 logger.exception("codec decode failed", extra={"batch": len(batch)})
@@ -216,10 +223,9 @@ class DecodeScheduler:
                     if not job.future.done():
                         job.future.set_exception(e)
                 continue
-            done = time.perf_counter()
             self.last_done = time.monotonic()
             self._measure(batch, started, done)
-            wait_mean = sum(started - j.enqueued for j in batch) / len(batch)
+            wait_mean = sum(submitted - j.enqueued for j in batch) / len(batch)
             self.stats.batches += 1
             self.stats.windows += len(batch)
             self.stats.decoded_steps += sum(int(j.input.codes.shape[0]) for j in batch)
@@ -231,6 +237,12 @@ class DecodeScheduler:
             for job, audio in zip(batch, results):
                 if not job.future.done():
                     job.future.set_result(audio)
+
+    def _decode_timed(self, inputs: list[CodecInput]) -> tuple[list, float, float]:
+        """On the worker: the codec call and its own start and end on ``clock``."""
+        started = self._clock()
+        results = self.codec.decode(inputs)
+        return results, started, self._clock()
 
     async def aclose(self) -> None:
         self._closed = True
