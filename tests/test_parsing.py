@@ -1,5 +1,8 @@
 """Token table and SNAC framer: O(1) lookups, one bad frame skipped on its own."""
 
+import numpy as np
+import pytest
+
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.parsing import (
     KIND_AUDIO,
@@ -42,9 +45,47 @@ def test_stop_token_ends_parsing():
     assert len(frames) == 1 and framer.stats.stopped
 
 
-# --- BiCodec side (the continuation interface; the decoder lands with its own issue) ---
+def _stream(seed: int, frames: int = 60):
+    """Random frames with a foreign token, a bad-band frame and out-of-vocabulary ids mixed
+    in, then a stop token and frames after it."""
+    rng = np.random.default_rng(seed)
+    ids = []
+    for k in range(frames):
+        frame = _frame_ids(rng.integers(0, 4096, 7).tolist())
+        if k % 11 == 3:
+            frame[rng.integers(0, 7)] = BASE + 6 * 4096 + 1  # a band-6 code out of place
+        if k % 7 == 5:
+            frame.insert(int(rng.integers(0, 7)), int(rng.choice([128000, -1, 10**7])))
+        ids += frame
+    return ids + [VEENA.stop_token_ids[0]] + _frame_ids(range(7))
 
-import pytest  # noqa: E402
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_delta_whole_or_token_by_token_gives_the_same_frames_and_stats(seed):
+    """The numpy path (long deltas) and the token-by-token path (short ones) agree, wherever
+    the deltas cut the frames."""
+    table = TokenTable.for_snac(VEENA)
+    ids = _stream(seed)
+    whole = SnacFramer(VEENA, table, "whole")
+    one = SnacFramer(VEENA, table, "one")
+    mixed = SnacFramer(VEENA, table, "mixed")
+    got_whole = whole.feed(ids)
+    cuts = np.cumsum(np.random.default_rng(seed).integers(1, 80, len(ids)))
+    cuts = [0] + [int(c) for c in cuts if c < len(ids)] + [len(ids)]
+    got_one, got_mixed = [], []
+    pieces = [iter(ids[a:b]) for a, b in zip(cuts, cuts[1:])]
+    for framer, got, deltas in ((one, got_one, [[t] for t in ids]), (mixed, got_mixed, pieces)):
+        for delta in deltas:  # as a run reads them: until the stop token
+            got += framer.feed(delta)
+            if framer.stats.stopped:
+                break
+    assert len(got_whole) > 40 and whole.stats.invalid_frames > 0 and whole.stats.stopped
+    for got, framer in ((got_one, one), (got_mixed, mixed)):
+        assert [f.tolist() for f in got] == [f.tolist() for f in got_whole]
+        assert framer.stats == whole.stats
+
+
+# --- BiCodec side (the continuation interface; the decoder lands with its own issue) ---
 
 from livekit.plugins.veena.models.profiles import VEENA3  # noqa: E402
 from livekit.plugins.veena.pipeline.parsing import (  # noqa: E402

@@ -32,6 +32,14 @@ class TokenTable:
     kind: np.ndarray
     value: np.ndarray
     _ids: dict = field(default_factory=dict, compare=False, repr=False)
+    _lists: list = field(default_factory=list, compare=False, repr=False)
+
+    def as_lists(self) -> tuple[list[int], list[int]]:
+        """``kind`` and ``value`` as Python lists (built once per table): a short delta reads
+        them faster than numpy scalars."""
+        if not self._lists:
+            self._lists.append((self.kind.tolist(), self.value.tolist()))
+        return self._lists[0]
 
     def ids(self, *kinds: int) -> tuple[int, ...]:
         """Every id of the given kinds, in order (computed once per table)."""
@@ -95,9 +103,14 @@ class SnacFramer:
     """Collects 7-token SNAC frames. A frame holding a token of the wrong band is counted,
     logged and skipped on its own; the frames around it still play."""
 
+    VECTOR_MIN = 32
+    """Deltas this long or longer are parsed in numpy; shorter ones (vLLM streams one token
+    per request per step) token by token through the table's lists."""
+
     def __init__(self, profile: SnacProfile, table: TokenTable, request_id: str = "") -> None:
         self._kind = table.kind
         self._value = table.value
+        self._table = table
         self._n = profile.tokens_per_frame
         self._width = profile.codebook_size
         self._request_id = request_id
@@ -108,16 +121,24 @@ class SnacFramer:
 
     def feed(self, token_ids: Iterable[int]) -> list[np.ndarray]:
         """Consume ids; return the complete, valid frames (each an int array of 7 codes)."""
+        if not isinstance(token_ids, (list, tuple)):
+            token_ids = list(token_ids)
+        if len(token_ids) < self.VECTOR_MIN:
+            return self._feed_short(token_ids)
+        return self._feed_vector(np.asarray(token_ids, dtype=np.int64))
+
+    def _feed_short(self, token_ids) -> list[np.ndarray]:
         frames: list[np.ndarray] = []
-        kind, value, n, width = self._kind, self._value, self._n, self._width
+        kind, value = self._table.as_lists()
+        n, width, size, stats = self._n, self._width, len(kind), self.stats
         for tid in token_ids:
-            self.stats.tokens += 1
-            k = kind[tid] if 0 <= tid < len(kind) else KIND_OTHER
+            stats.tokens += 1
+            k = kind[tid] if 0 <= tid < size else KIND_OTHER
             if k == KIND_STOP:
-                self.stats.stopped = True
+                stats.stopped = True
                 break
             if k != KIND_AUDIO:
-                self.stats.other_tokens += 1
+                stats.other_tokens += 1
                 continue
             code = value[tid] - self._pos * width
             if 0 <= code < width:
@@ -129,16 +150,56 @@ class SnacFramer:
                 self._pos = 0
                 if self._bad:
                     self._bad = False
-                    self.stats.invalid_frames += 1
-                    logger.warning(
-                        "skipping SNAC frame with an out-of-band code",
-                        extra={"request_id": self._request_id,
-                               "invalid_frames": self.stats.invalid_frames},
-                    )
+                    self._invalid_frame()
                 else:
                     frames.append(self._current.copy())
-                    self.stats.frames += 1
+                    stats.frames += 1
         return frames
+
+    def _invalid_frame(self) -> None:
+        self.stats.invalid_frames += 1
+        logger.warning("skipping SNAC frame with an out-of-band code",
+                       extra={"request_id": self._request_id,
+                              "invalid_frames": self.stats.invalid_frames})
+
+    def _feed_vector(self, ids: np.ndarray) -> list[np.ndarray]:
+        """The whole delta at once: its kinds and values through the table, each audio
+        code's band position from where the last delta left off, and every frame it
+        completes checked in one comparison."""
+        kind = self._kind
+        known = (ids >= 0) & (ids < len(kind))
+        kinds = np.where(known, kind[np.where(known, ids, 0)], KIND_OTHER)
+        stops = np.flatnonzero(kinds == KIND_STOP)
+        if stops.size:  # the stop token counts as read; nothing after it does
+            ids, kinds = ids[:stops[0]], kinds[:stops[0]]
+            self.stats.tokens += int(stops[0]) + 1
+            self.stats.stopped = True
+        else:
+            self.stats.tokens += int(ids.size)
+        audio = kinds == KIND_AUDIO
+        values = self._value[ids[audio]]
+        self.stats.other_tokens += int(ids.size - values.size)
+        if values.size == 0:
+            return []
+        n, width, pos = self._n, self._width, self._pos
+        codes = values - ((pos + np.arange(values.size)) % n) * width
+        valid = (codes >= 0) & (codes < width)
+        if pos:  # the frame the last delta began
+            codes = np.concatenate((self._current[:pos], codes))
+            valid = np.concatenate((np.full(pos, not self._bad), valid))
+        whole = codes.size - codes.size % n
+        rest = codes.size - whole
+        self._current[:rest] = codes[whole:]
+        self._bad = not valid[whole:].all()
+        self._pos = rest
+        if not whole:
+            return []
+        ok = valid[:whole].reshape(-1, n).all(axis=1)
+        for _ in range(int(ok.size - np.count_nonzero(ok))):
+            self._invalid_frame()
+        frames = codes[:whole].reshape(-1, n)[ok]
+        self.stats.frames += len(frames)
+        return list(frames)
 
 
 class BiCodecFramer:
