@@ -136,6 +136,31 @@ def test_cli_design_refuses_with_one_clear_line(tmp_path, caplog, argv, match):
     assert errors and any(re.search(match, e) for e in errors), errors
 
 
+def test_cli_say_speaks_a_designed_voice_with_its_description_and_seed(tmp_path, monkeypatch):
+    """``say --voice rob.json``: the product's Pipeline (over the recording fake engine)
+    gets the file's description in its prompt and the file's seed; ``--seed`` wins."""
+    from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+
+    from .server.fakes import SilentCodec
+    from .server.test_maya1_surfaces import RecordingEngine
+
+    path = design_voice(MAYA1, DESCRIPTION, seed=8675309).save(tmp_path / "rob.json")
+    engines: list[RecordingEngine] = []
+
+    def from_model(cls, model, profile=None, **kw):
+        engines.append(RecordingEngine())
+        return Pipeline(engines[-1], SilentCodec(), MAYA1, PipelineOptions())
+
+    monkeypatch.setattr(Pipeline, "from_model", classmethod(from_model))
+    (tmp_path / "model").mkdir()
+    argv = ["say", "Hello there.", "--voice", str(path), "--model", str(tmp_path / "model"),
+            "--profile", "maya1", "--max-tokens", str(TOKENS), "-o", str(tmp_path / "x.wav")]
+    assert cli.main(argv) == 0
+    assert engines[-1].spoke_with(DESCRIPTION) and set(engines[-1].seeds) == {8675309}
+    assert cli.main([*argv, "--seed", "4"]) == 0
+    assert engines[-1].spoke_with(DESCRIPTION) and set(engines[-1].seeds) == {4}
+
+
 # --- a TTS speaks with the file's description and seed --------------------------------------
 
 async def test_a_tts_with_a_designed_voice_file_uses_its_description_and_seed(tmp_path):
