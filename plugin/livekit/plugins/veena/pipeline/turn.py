@@ -5,6 +5,10 @@ The first chunk is a first request; later chunks are continuations that keep the
 At most ``max_chunks_in_flight`` chunks generate at once, so chunk k+1 generates while chunk
 k plays, and consecutive chunks are joined with a crossfade. The turn owns every request it
 starts: closing it aborts them all. Used by the in-process plugin and by the server.
+
+Each chunk's text passes one gate as the turn accepts it: tags the profile does not perform
+are removed (the model would read ``<happy>`` aloud, and user text must not inject special
+tokens), and the words reported for transcripts carry no tag at all.
 """
 
 from __future__ import annotations
@@ -18,9 +22,24 @@ from typing import AsyncIterable, Callable
 
 import numpy as np
 
+from ..log import logger
 from .engine_options import SamplingOptions
 from .pipeline import EmptyTextError, Pipeline
 from .stitching import ChunkJoiner
+from .tags import spoken_text, strip_unknown_tags
+
+_unknown_tags_removed = 0
+
+
+def unknown_tags_removed() -> int:
+    """Tags removed from turns' text in this process because their profile does not perform
+    them (process-wide and monotonic: the server exports it as a Prometheus counter)."""
+    return _unknown_tags_removed
+
+
+def _count_removed(n: int) -> None:
+    global _unknown_tags_removed
+    _unknown_tags_removed += n
 
 
 class TurnTimeout(TimeoutError):
@@ -80,21 +99,46 @@ class Turn:
         """Called after each chunk's audio with its text and its span in the turn's audio
         (seconds from the turn's first sample): exact chunk boundaries for transcripts."""
         self._texts: dict[int, str] = {}
+        self._request_ids: dict[int, str] = {}
+        self._tags_warned = False
+        self._first_index: int | None = None
+        """The first chunk with text: it starts the voice that later chunks continue."""
 
     def _learn_globals(self, speaker_globals: tuple[int, ...] | None) -> None:
         if self.speaker_globals is None and speaker_globals is not None:
             self.speaker_globals = speaker_globals
             self.on_speaker_globals(speaker_globals)
 
+    def _accept(self, text: str, index: int) -> str:
+        """The chunk's text as the model reads it: tags the profile does not perform are
+        removed and counted; the first removal of the turn logs one warning."""
+        profile = self._p.profile
+        clean, removed = strip_unknown_tags(text, profile.tags)
+        if removed:
+            _count_removed(len(removed))
+            if not self._tags_warned:
+                self._tags_warned = True
+                logger.warning(
+                    "removed tags the model does not perform (later ones in this turn are "
+                    "removed silently)",
+                    extra={"request_id": self._request_ids[index], "removed_tags": removed,
+                           "profile": profile.name, "known_tags": list(profile.tags)})
+        return clean
+
     async def _prefetch(self, text: str, index: int, out: asyncio.Queue) -> None:
         """Generate one chunk into ``out`` (float arrays, then None)."""
         try:
-            if index > 0 and self.speaker_globals is None and self._p.family.has_speaker_globals:
+            if not text.strip():  # nothing left to say once its tags were removed
+                out.put_nowait(None)
+                return
+            if (index != self._first_index and self.speaker_globals is None
+                    and self._p.family.has_speaker_globals):
                 await self._await_first_globals()
             syn = self._p.synthesize(text, voice=self._opts.voice, sampling=self._opts.sampling,
-                                     seed=self.seed, speaker_globals=self.speaker_globals)
+                                     seed=self.seed, request_id=self._request_ids.get(index),
+                                     speaker_globals=self.speaker_globals)
             self._syns[index] = syn
-            if index == 0:
+            if index == self._first_index:
                 self._first_syn = syn
                 self._first_started.set()
             self.request_ids.append(syn.request_id)
@@ -116,8 +160,9 @@ class Turn:
             self._slots.release()
 
     async def _await_first_globals(self) -> None:
-        """Wait until chunk 0 has captured its globals, or has ended without them."""
-        first_task = self._tasks[0]
+        """Wait until the first chunk with text has captured its globals, or has ended
+        without them."""
+        first_task = self._tasks[self._first_index]
         await _until(self._first_started, first_task)
         if self._first_syn is not None:
             await _until(self._first_syn.globals_captured, first_task)
@@ -136,7 +181,11 @@ class Turn:
                 await self._slots.acquire()
                 q: asyncio.Queue = asyncio.Queue()
                 self._chunk_started[index] = time.monotonic()
-                self._texts[index] = text
+                self._request_ids[index] = self._p.engine.new_request_id()
+                text = self._accept(text, index)
+                if self._first_index is None and text.strip():
+                    self._first_index = index
+                self._texts[index] = spoken_text(text)
                 self._tasks.append(asyncio.create_task(self._prefetch(text, index, q),
                                                        name=f"veena-chunk-{index}"))
                 order.put_nowait(q)
@@ -148,7 +197,7 @@ class Turn:
         scheduler = asyncio.create_task(schedule(), name="veena-turn-schedule")
         rate = self._p.sample_rate
         try:
-            index, start = 0, 0
+            index, start, spoken = 0, 0, False
             while (q := await order.get()) is not None:
                 samples = 0
                 while (item := await self._next(q, index)) is not None:
@@ -161,9 +210,10 @@ class Turn:
                         self.audio_pushed = True
                 joiner.end_chunk()
                 if samples:  # a seam's crossfade counts as the earlier chunk's
-                    end = start + samples - (joiner.crossfade if index else 0)
-                    self.on_chunk_spoken(self._texts[index], start / rate, end / rate)
-                    start = end
+                    end = start + samples - (joiner.crossfade if spoken else 0)
+                    if self._texts[index]:
+                        self.on_chunk_spoken(self._texts[index], start / rate, end / rate)
+                    start, spoken = end, True
                 index += 1
             tail = joiner.finish()
             if len(tail):
@@ -176,8 +226,8 @@ class Turn:
         syn = self._syns.get(index)
         if syn is not None:
             return syn.progress_at()
-        # not started yet: it waits for chunk 0's globals, which is chunk 0's progress
-        first = self._syns.get(0)
+        # not started yet: it waits for the first chunk's globals, which is its progress
+        first = self._syns.get(self._first_index)
         started = self._chunk_started.get(index, time.monotonic())
         return max(started, first.progress_at()) if first is not None else started
 

@@ -9,6 +9,23 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
+
+from ..pipeline.turn import unknown_tags_removed
+
+
+class _UnknownTags:
+    """``veena_unknown_tags_removed_total``, read at each scrape from the process-wide count
+    the turns keep (the pipeline knows nothing of Prometheus)."""
+
+    def collect(self):
+        metric = CounterMetricFamily(
+            "veena_unknown_tags_removed",
+            "Tags removed from text because the model does not perform them (e.g. <happy>, "
+            "special tokens)")
+        metric.add_metric([], unknown_tags_removed())
+        yield metric
+
 
 _LATENCY = (0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 
@@ -54,6 +71,7 @@ class ServerMetrics:
         self.connections = Gauge("veena_connections", "Open WebSocket connections", registry=r)
         self.engine_up = Gauge("veena_engine_up", "1 while the engine serves, 0 otherwise",
                                registry=r)
+        r.register(_UnknownTags())
 
     def on_admission(self, admitted: int, queued: int) -> None:
         self.admitted_streams.set(admitted)
