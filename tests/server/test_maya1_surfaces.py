@@ -202,6 +202,9 @@ async def test_remote_tts_tags_come_from_the_server():
         ws = url.replace("http://", "ws://")
         guessed = veena.TTS(base_url=ws, profile="orpheus")
         assert guessed.tags == ORPHEUS_TAGS  # the given profile's, before the server said
+        for bad in (0, -1.0, float("nan"), True):
+            with pytest.raises(ValueError, match="timeout"):
+                await guessed.fetch_tags(timeout=bad)
         assert await guessed.fetch_tags() == MAYA1_TAGS and guessed.tags == MAYA1_TAGS
         await guessed.aclose()
         # a stream learns them too (the sample rate's /ready answer)

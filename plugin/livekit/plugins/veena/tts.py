@@ -218,6 +218,7 @@ class TTS(tts.TTS):
     async def fetch_tags(self, timeout: float = 5.0) -> tuple[str, ...]:
         """``tags``, after asking a server's ``/ready`` for its own where it has not been
         asked yet (``APIError`` where the server cannot be reached)."""
+        timeout = check_float("timeout", timeout, 0.0, lo_open=True)
         if self._remote is not None and self._remote.tags is None:
             await self._learn_sample_rate(timeout)
         return self.tags
