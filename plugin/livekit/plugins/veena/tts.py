@@ -77,7 +77,9 @@ class TTS(tts.TTS):
         """Speak through an in-process ``pipeline``; or build the shared one for ``model``
         (a local path or hub id; default ``VEENA_MODEL``); or, with ``base_url``
         (``ws://host:8700``, default ``VEENA_TTS_URL``), through a ``veena-tts serve`` server
-        of model ``profile``. Invalid options raise ValueError.
+        of model ``profile`` (default ``VEENA_PROFILE``, else ``veena``: the guess that checks
+        the voice; the server's ``/ready`` then says the sample rate and tags). Invalid
+        options raise ValueError.
 
         A stream that starts while the in-process engine is still starting waits for it, up
         to ``startup_timeout`` (default ``VEENA_STARTUP_TIMEOUT_S``, 600 s); the stream's

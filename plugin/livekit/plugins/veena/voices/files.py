@@ -72,7 +72,6 @@ class VoiceFile:
                 os.unlink(tmp)
         return path
 
-
     def to_json(self) -> dict[str, Any]:
         """The file's JSON object: a key whose value is None is left out (a SNAC file has no
         ``speaker_globals``, a captured BiCodec file no ``seed``)."""
