@@ -61,7 +61,8 @@ def test_bounded_chunk_length():
     chunks = _stream(text, opts)
     assert all(len(c) <= 50 for c in chunks)
     assert " ".join(chunks).split() == text.split()
-    assert chunk_text("x" * 120, ChunkerOptions(max_chars=50, first_max_chars=50)) == ["x" * 50] * 2 + ["x" * 20]
+    assert chunk_text("x" * 120, ChunkerOptions(max_chars=50, first_max_chars=50)) == (
+        ["x" * 50] * 2 + ["x" * 20])
 
 
 def test_invalid_options():
@@ -128,7 +129,10 @@ _PIECES = st.sampled_from([
     "<laugh>", "<sigh>", "<happy>", "<|eot_id|>", "<custom_token_5>", "</laugh>",
     "<", ">", "<3", "a < b", "x<y", "<|", "|>",
 ])
-_TEXTS = st.lists(_PIECES, min_size=1, max_size=60).map("".join)
+_ENDINGS = st.sampled_from(["", "", ". <laugh>", "! <sigh> ", "?<happy>", ". <laugh> <|eot_id|>",
+                            ", <sigh>"])  # trailing tags, often
+_TEXTS = st.builds(lambda pieces, end: "".join(pieces) + end,
+                   st.lists(_PIECES, min_size=1, max_size=60), _ENDINGS)
 _OPTIONS = st.sampled_from([ChunkerOptions(), ANY,
                             ChunkerOptions(first_min_chars=5, first_max_chars=20, min_chars=10,
                                            max_chars=30),

@@ -56,7 +56,8 @@ def partial_tag_start(text: str) -> int | None:
 def _rewrite(text: str, keep: Callable[[str], str | None]) -> tuple[str, list[str]]:
     """``text`` with each tag replaced by ``keep(tag)``, or removed where that is None; the
     whitespace around a removed tag becomes one space (none at the text's edges, none where
-    the tag touched words on both sides or before punctuation). Returns the text and the removed tags."""
+    the tag touched words on both sides or before punctuation). Returns the text and the
+    removed tags."""
     acc, removed = "", []
     pending = gap = False
     pos = 0

@@ -49,7 +49,8 @@ class ServerMetrics:
                                     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
                                     registry=r)
         self.aborted = Counter("veena_aborted_requests_total",
-                               "Streams (WebSocket contexts, speech requests) cancelled or abandoned by their client", registry=r)
+                               "Streams (WebSocket contexts, speech requests) cancelled or "
+                               "abandoned by their client", registry=r)
         self.finished = Counter("veena_requests_total", "Finished contexts by outcome",
                                 ["outcome"], registry=r)
         self.queued_streams = Gauge("veena_queued_streams", "Streams waiting for a slot",
