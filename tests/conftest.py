@@ -78,3 +78,16 @@ async def spark_pipeline(tiny_spark_dir):
     """A second engine: a tiny random Spark/Veena3-layout model with a random BiCodec."""
     async with _tiny_pipeline(tiny_spark_dir, max_num_seqs=8) as p:
         yield p
+
+
+@pytest.fixture(scope="session")
+def tiny_maya1_dir(tmp_path_factory) -> str:
+    """Maya1's layout: its special ids, its 20 tags as single tokens, EOS <|eot_id|>."""
+    return str(make_tiny_model(tmp_path_factory.mktemp("tiny-maya1"), "maya1", seed=0))
+
+
+@pytest.fixture(scope="session")
+async def maya1_pipeline(tiny_maya1_dir):
+    """A third engine, started once: the tiny Maya1-layout model read with its profile."""
+    async with _tiny_pipeline(tiny_maya1_dir, max_num_seqs=4) as p:
+        yield p

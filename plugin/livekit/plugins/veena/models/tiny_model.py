@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from .profiles import MANIFEST, BiCodecProfile, ModelProfile, SnacProfile, get_profile
@@ -122,10 +123,41 @@ def _tilt_snac(profile: SnacProfile):
     return tilt
 
 
+@dataclass(frozen=True)
+class _Llama3Tokenizer:
+    """What a SNAC-layout checkpoint's Llama-3 tokenizer does that its profile need not say."""
+
+    eos: int = 128001
+    """The EOS of the tokenizer and of the model's (generation) config."""
+    tag_tokens: bool = False
+    """Whether the profile's expressive tags are single added tokens (not split)."""
+
+
+_LLAMA3_TOKENIZERS = {
+    # maya-research/maya1: a Llama-3 chat model, so EOS is <|eot_id|> (128009), which its own
+    # prompt carries: only ``ignore_eos`` keeps it from ending a request. Its 20 emotion tags
+    # are single tokens; the tiny model puts them right after the audio tokens.
+    "maya1": _Llama3Tokenizer(eos=128009, tag_tokens=True),
+}
+
+_LLAMA3_NAMES = {128000: "<|begin_of_text|>", 128001: "<|end_of_text|>", 128009: "<|eot_id|>"}
+
+
+def _llama3_tokenizer(profile: SnacProfile) -> _Llama3Tokenizer:
+    return _LLAMA3_TOKENIZERS.get(profile.name, _Llama3Tokenizer())
+
+
+def _tag_tokens(profile: SnacProfile) -> list[str]:
+    """The profile's tags as the tokens its tokenizer holds (none where they are plain text)."""
+    return [f"<{t}>" for t in profile.tags] if _llama3_tokenizer(profile).tag_tokens else []
+
+
 def _snac_named_ids(profile: SnacProfile, vocab_size: int) -> dict[int, str]:
-    names = {128000: "<|begin_of_text|>", 128001: "<|end_of_text|>", 128009: "<|eot_id|>"}
+    names = dict(_LLAMA3_NAMES)
     for i in range(128256, min(vocab_size, profile.vocab_end)):
         names[i] = f"<custom_token_{i - 128256}>"
+    for i, tag in enumerate(_tag_tokens(profile)):
+        names[profile.vocab_end + i] = tag
     return names
 
 
@@ -142,8 +174,10 @@ def _write_snac_codec(out: Path, seed: int) -> None:
 
 
 def snac_vocab_size(profile: SnacProfile) -> int:
-    """The vocabulary of a SNAC-layout model: every audio token, padded to a multiple of 64."""
-    return profile.vocab_end + (-profile.vocab_end % 64)
+    """The vocabulary of a SNAC-layout model: every audio token (then its tag tokens, if
+    any), padded to a multiple of 64."""
+    end = profile.vocab_end + len(_tag_tokens(profile))
+    return end + (-end % 64)
 
 
 def write_snac_tokenizer(profile: SnacProfile, out: Path) -> None:
@@ -153,20 +187,22 @@ def write_snac_tokenizer(profile: SnacProfile, out: Path) -> None:
     vocab_size = snac_vocab_size(profile)
     named = _snac_named_ids(profile, vocab_size)
     special = sorted({named[i] for i in (*profile.prefix_ids, *profile.suffix_ids,
-                                         *profile.stop_token_ids, 128000, 128001, 128009)})
-    tok = _build_tokenizer(named, vocab_size, special)
+                                         *profile.stop_token_ids, *_LLAMA3_NAMES)})
+    tok = _build_tokenizer(named, vocab_size, special, added=_tag_tokens(profile))
     # as Llama-3's tokenizer.json does: encode(..., add_special_tokens=True) prepends BOS
     from tokenizers import processors
 
     tok.post_processor = processors.TemplateProcessing(
         single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
         special_tokens=[("<|begin_of_text|>", 128000)])
-    _save_tokenizer(tok, out, bos="<|begin_of_text|>", eos="<|end_of_text|>")
+    eos = _LLAMA3_NAMES[_llama3_tokenizer(profile).eos]
+    _save_tokenizer(tok, out, bos="<|begin_of_text|>", eos=eos)
 
 
 def _make_snac_model(profile: SnacProfile, out: Path, seed: int) -> None:
     write_snac_tokenizer(profile, out)
-    _llama(snac_vocab_size(profile), out, 128000, 128001, _tilt_snac(profile), seed)
+    _llama(snac_vocab_size(profile), out, 128000, _llama3_tokenizer(profile).eos,
+           _tilt_snac(profile), seed)
     _write_snac_codec(out / "snac", seed)
 
 
