@@ -207,7 +207,7 @@ def simulate_disturbed(arrivals, handle=lambda t: t):
     planner = AdaptivePlanner(OPTS, PacingOptions(), STEP_S, cost)
     events = [(handle(t), 0, k) for k, t in enumerate(arrivals)]
     heapq.heapify(events)
-    now, in_flight, listener, chosen, seq = 0.0, None, Listener(), [], 0
+    now, in_flight, listener, chosen = 0.0, None, Listener(), []
 
     def pump():
         nonlocal in_flight

@@ -124,7 +124,8 @@ class RequestRun:
     async def audio(self) -> AsyncIterator[tuple[np.ndarray, bool]]:
         """Yield (float samples, done); leaving early ends the run (``aclose``)."""
         await self._p.start()
-        self._producer = asyncio.create_task(self._produce(), name=f"veena-produce-{self.request_id}")
+        self._producer = asyncio.create_task(self._produce(),
+                                             name=f"veena-produce-{self.request_id}")
         timings = self._syn.timings
         try:
             while (item := await self._windows.get()) is not None:
@@ -257,7 +258,8 @@ class RequestRun:
         finally:
             syn.timings.invalid_frames += self.track.stats.invalid_frames
 
-    async def _generate(self, prompt: list[int], sampling: SamplingOptions, request_id: str) -> None:
+    async def _generate(self, prompt: list[int], sampling: SamplingOptions,
+                        request_id: str) -> None:
         syn, timings = self._syn, self._syn.timings
         self.engine_request_ids.append(request_id)
         syn.vllm_request_ids.append(request_id)
