@@ -4,9 +4,12 @@ from what is known then.
 The fixed ramp (``windowing.WindowPlanner``) decodes the same sizes whatever happens; this
 planner knows how much audio the listener holds (it plays what it got and pauses when dry),
 the request's measured token rate and the measured decode time of each window size on this
-codec and device. It picks the largest size whose missing tokens and decode fit in
-``margin`` of the listener's buffer, among sizes that decode faster than their steps arrive
-and play; if none fits, a gap is coming and it picks the smallest such size. Sizes never
+codec and device (the codec call alone, timed on the decode worker: a lagging event loop or a
+queue is not read as a slow decoder). It picks the largest size whose missing tokens and
+decode fit in ``margin`` of the listener's buffer, among sizes that decode faster than their
+steps arrive and play; if none fits, a gap is coming and it picks the smallest such size.
+A size larger than any measured is never assumed cheap or expensive from a fit: it is tried
+one size step above the largest measured, so windows grow one measured step at a time. Sizes never
 exceed the audio already delivered (as in the ramp), so a wrong cost estimate on a busy
 machine costs at most that much. Once the buffer is thick windows grow up to ``max_new``
 steps, so steady work approaches (N + L + R) / N of a one-pass decode. Sizes come from a
