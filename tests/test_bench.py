@@ -95,3 +95,17 @@ def test_scheduler_bench_compares_the_planners():
         assert r["first_audio_p50_ms"] > 0 and r["gap_s_after_first_audio"] >= 0
         # every kept frame decoded at least once, context on top
         assert 1.0 < r["decoded_per_kept"] <= (frames + 4 * r["windows"]) / frames + 1e-9
+
+
+def test_control_plane_bench():
+    _run(sys.executable, "bench/control_plane.py", "--streams", "4", "--disturb-streams", "4",
+         "--cases", "normal,stall", "--modes", "adaptive", "--frames", "24",
+         "--stagger-s", "0.2")
+    rows = _rows("control_plane")
+    assert [(r["case"], r["mode"]) for r in rows] == [("normal", "adaptive"),
+                                                        ("stall", "adaptive")]
+    for r in rows:  # every stream ends done with all its audio (no claim on time here)
+        assert r["done"] == 4 and r["audio_s_per_stream"] == pytest.approx(24 * 2048 / 24000)
+        assert r["server_cpu_ms_per_audio_s"] > 0 and r["ours_ms_per_audio_s"] is not None
+    md = (Path(os.environ["VEENA_BENCH_RESULTS"]) / "control_plane.md").read_text()
+    assert md.startswith("| case | mode |") and "Largest N held" in md

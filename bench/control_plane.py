@@ -1,0 +1,244 @@
+"""Benchmark: the control plane at scale (#21). ``veena-tts serve``'s app in this process over
+the product's ``VllmEngine`` on a fake ``AsyncLLM`` with vLLM's delivery pattern (one step for
+every request together, 82 steps/s, one token per request per step, outputs merged when the
+consumer lags) and a GPU-like codec (a fixed sleep per batch); a client process drives N
+real-time streams through the WebSocket protocol and hears them as a listener does.
+
+Per run: the server process's CPU time per second of audio delivered (process CPU, not
+wall; the fake engine's own share measured alone in the same run, with plain consumers),
+event-loop lag p99, gap seconds per stream after first audio, first audio p50/p95. Cases:
+``normal``; ``stall`` (the engine generates nothing for 1.5 s mid-stream); ``half_blocked``
+(the server's event loop blocked 50 ms of every 100 ms for 2 s); each with adaptive windows
+and with the fixed ramp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import time
+
+import numpy as np
+from _common import RESULTS, report, setup
+from _fake_async_llm import FakeAsyncLLM, fake_vllm_engine
+from aiohttp import web
+
+from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+from livekit.plugins.veena.server.app import ServerOptions, create_app
+
+STEP_S = 2048 / 24000
+TEXT = "Hello there."
+NO_GAP_S = 0.05
+"""A stream 'holds' when it hears at most this much gap after first audio."""
+DISTURB_AT_S = 2.5
+"""Seconds after the first stream starts (every stream has first audio by then)."""
+
+
+class GpuLikeCodec:
+    """SNAC's shape; every batch costs ``call_s`` of sleep whatever its size (a GPU call)."""
+
+    name, sample_rate, samples_per_step = "gpu-like", 24000, 2048
+
+    def __init__(self, call_s: float = 0.003) -> None:
+        self.call_s = call_s
+
+    def decode(self, batch):
+        time.sleep(self.call_s)
+        return [np.zeros(b.codes.shape[0] * 2048, np.float32) for b in batch]
+
+    def warmup(self) -> None:
+        pass
+
+
+# -- the client process ---------------------------------------------------------------------
+
+async def _stream(session, url: str, index: int, delay: float) -> dict:
+    import aiohttp
+
+    from livekit.plugins.veena.protocol import decode_audio
+
+    await asyncio.sleep(delay)
+    ws = await session.ws_connect(url)
+    started = time.perf_counter()
+    await ws.send_json({"type": "speak", "context_id": f"c{index}", "continue": False,
+                        "text": TEXT, "seed": index})
+    first, play_end, gaps, samples, end = None, 0.0, 0.0, 0, "none"
+    async for msg in ws:
+        now = time.perf_counter()
+        if msg.type == aiohttp.WSMsgType.BINARY:
+            n = len(decode_audio(msg.data)[1]) // 2
+            if first is None:
+                first, play_end = now - started, now
+            elif now > play_end:
+                gaps += now - play_end
+            play_end = max(play_end, now) + n / 24000
+            samples += n
+        elif msg.type == aiohttp.WSMsgType.TEXT:
+            end = json.loads(msg.data)["type"]
+            if end in ("done", "error", "cancelled"):
+                break
+        else:
+            break
+    await ws.close()
+    return {"first_s": first, "gap_s": gaps, "audio_s": samples / 24000, "end": end}
+
+
+async def _client(url: str, n: int, stagger_s: float) -> list[dict]:
+    import aiohttp
+
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as session:
+        return await asyncio.gather(*(_stream(session, url, i, stagger_s * i / n)
+                                      for i in range(n)))
+
+
+def client_main(url: str, n: int, stagger_s: float, pipe) -> None:
+    import aiohttp  # noqa: F401 (imported before the start signal, not while streams run)
+
+    pipe.send("start")
+    pipe.send(asyncio.run(_client(url, n, stagger_s)))
+
+
+# -- the server process ---------------------------------------------------------------------
+
+async def _lag_monitor(lags: list[float], every_s: float = 0.005) -> None:
+    while True:
+        t = time.perf_counter()
+        await asyncio.sleep(every_s)
+        lags.append(time.perf_counter() - t - every_s)
+
+
+async def _disturb(case: str, llm: FakeAsyncLLM) -> None:
+    await asyncio.sleep(DISTURB_AT_S)
+    if case == "stall":
+        llm.stall(1.5)
+    elif case == "half_blocked":
+        for _ in range(20):
+            time.sleep(0.05)  # the loop is blocked half of each 100 ms, for 2 s
+            await asyncio.sleep(0.05)
+
+
+def _pct(values, q):
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+async def engine_alone(n: int, frames: int, stagger_s: float) -> float:
+    """CPU ms per audio second of the fake AsyncLLM alone (plain ``async for`` consumers)."""
+    llm = FakeAsyncLLM(frames)
+
+    async def consume(i: int) -> None:
+        await asyncio.sleep(stagger_s * i / n)
+        async for _ in llm.generate(None, None, f"alone-{i}"):
+            pass
+
+    cpu = time.process_time()
+    await asyncio.gather(*(consume(i) for i in range(n)))
+    return (time.process_time() - cpu) * 1000 / (n * frames * STEP_S)
+
+
+async def run(n: int, mode: str, case: str, frames: int, stagger_s: float) -> dict:
+    llm = FakeAsyncLLM(frames)
+    engine = fake_vllm_engine(llm, max_num_seqs=2 * n)
+    pipeline = Pipeline(engine, GpuLikeCodec(), VEENA,
+                        PipelineOptions(adaptive_windows=mode == "adaptive"))
+    await pipeline.start()
+    runner = web.AppRunner(create_app(pipeline, ServerOptions(
+        max_active_streams=n, max_queued_streams=n), own_pipeline=False), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"ws://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1/stream"
+    loop = asyncio.get_running_loop()
+    ours, theirs = mp.get_context("spawn").Pipe()
+    client = mp.get_context("spawn").Process(target=client_main,
+                                             args=(url, n, stagger_s, theirs), daemon=True)
+    client.start()
+    lags: list[float] = []
+    try:
+        assert await loop.run_in_executor(None, ours.recv) == "start"
+        cpu = time.process_time()
+        monitor = asyncio.create_task(_lag_monitor(lags))
+        disturb = asyncio.create_task(_disturb(case, llm))
+        results = await loop.run_in_executor(None, ours.recv)
+        cpu = time.process_time() - cpu
+        monitor.cancel()
+        disturb.cancel()
+    finally:
+        client.join(30)
+        await runner.cleanup()
+        await pipeline.aclose()
+    done = [r for r in results if r["end"] == "done"]
+    audio = sum(r["audio_s"] for r in results)
+    gaps = [r["gap_s"] for r in done]
+    firsts = [r["first_s"] * 1000 for r in done if r["first_s"] is not None]
+    return {"case": case, "mode": mode, "streams": n, "done": len(done),
+            "audio_s_per_stream": audio / n,
+            "server_cpu_ms_per_audio_s": cpu * 1000 / audio if audio else None,
+            "loop_lag_p99_ms": _pct(lags, 99) * 1000 if lags else None,
+            "gap_s_mean": float(np.mean(gaps)) if gaps else None,
+            "gap_s_max": max(gaps) if gaps else None,
+            "first_audio_p50_ms": _pct(firsts, 50), "first_audio_p95_ms": _pct(firsts, 95),
+            "held": len(done) == n and max(gaps, default=0.0) <= NO_GAP_S}
+
+
+def _markdown(rows: list[dict], notes: dict) -> str:
+    cols = ["case", "mode", "streams", "server_cpu_ms_per_audio_s", "engine_alone_ms_per_audio_s",
+            "ours_ms_per_audio_s", "loop_lag_p99_ms", "gap_s_mean", "gap_s_max",
+            "first_audio_p50_ms", "first_audio_p95_ms"]
+
+    def fmt(v) -> str:
+        return "" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    lines += ["", f"Largest N held (every stream at most {NO_GAP_S * 1000:.0f} ms of gap, "
+              f"normal case): adaptive {notes['largest_held']['adaptive']}, "
+              f"ramp {notes['largest_held']['ramp']}.", "", notes["setup"]]
+    return "\n".join(lines) + "\n"
+
+
+async def amain(args) -> None:
+    rows = []
+    await run(2, "adaptive", "normal", 10, 0.0)  # warm-up: lazy imports (vLLM's types, ...)
+    alone = {n: await engine_alone(n, args.frames, args.stagger_s)
+             for n in sorted(set(args.streams) | {args.disturb_streams})}
+    plan = [("normal", n) for n in args.streams]
+    plan += [(case, args.disturb_streams) for case in args.cases if case != "normal"]
+    for case, n in plan:
+        for mode in args.modes:
+            row = await run(n, mode, case, args.frames, args.stagger_s)
+            row["engine_alone_ms_per_audio_s"] = alone[n]
+            if row["server_cpu_ms_per_audio_s"] is not None:
+                row["ours_ms_per_audio_s"] = row["server_cpu_ms_per_audio_s"] - alone[n]
+            rows.append(row)
+    largest = {m: max((r["streams"] for r in rows if r["case"] == "normal" and r["mode"] == m
+                       and r["held"]), default=0) for m in ("adaptive", "ramp")}
+    notes = {"frames_per_request": args.frames, "stagger_s": args.stagger_s,
+             "codec_call_s": 0.003, "steps_per_s": 82, "text": TEXT,
+             "largest_held": largest, "label": args.label,
+             "setup": (f"Server app and fake engine in one process, client in another, on this "
+                       f"{mp.cpu_count()}-core machine (N up to {max(args.streams)} here); "
+                       f"each stream {args.frames} frames per engine request at exactly real "
+                       f"time; GPU-like codec 3 ms per batch. CPU is the server process's "
+                       f"(process_time); 'ours' = server minus the fake engine alone.")}
+    report(f"control_plane{args.label}", rows, notes)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"control_plane{args.label}.md").write_text(_markdown(rows, notes))
+
+
+if __name__ == "__main__":
+    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--streams", type=ints, default=[16, 64, 128])
+    ap.add_argument("--disturb-streams", type=int, default=64)
+    ap.add_argument("--cases", type=lambda s: s.split(","),
+                    default=["normal", "stall", "half_blocked"])
+    ap.add_argument("--modes", type=lambda s: s.split(","), default=["adaptive", "ramp"])
+    ap.add_argument("--frames", type=int, default=60, help="frames per engine request")
+    ap.add_argument("--stagger-s", type=float, default=1.0, help="streams start over this long")
+    ap.add_argument("--label", default="", help="suffix of the result files")
+    setup()
+    asyncio.run(amain(ap.parse_args()))
