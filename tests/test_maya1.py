@@ -262,13 +262,30 @@ def test_say_with_the_maya1_profile_writes_a_wav(tiny_maya1_dir, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "livekit.plugins.veena.cli", "say", "--profile", "maya1",
          "--model", tiny_maya1_dir, "--voice", DESCRIPTION, "--seed", "2", "-o", str(out),
-         "Hello <laugh> there"],
+         "Hello <laugh> there <happy>"],
         env=dict(os.environ, VEENA_MAX_MODEL_LEN="2048", VEENA_MAX_NUM_SEQS="4"),
         capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"wav={out}" in done.stdout
+    # <happy> is no Maya1 tag: removed before the prompt, and said so; <laugh> is kept
+    removed = [line for line in done.stderr.splitlines() if "removed tags" in line]
+    assert len(removed) == 1, done.stderr[-3000:]
     with wave.open(str(out)) as w:
         assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 24000)
         frames = w.getnframes()
         samples = np.frombuffer(w.readframes(frames), np.int16)
     assert frames > 0 and frames % 2048 == 0 and np.count_nonzero(samples) > frames // 2
+
+
+def test_say_without_a_model_builds_the_tiny_model_of_its_profile(tmp_path, monkeypatch):
+    from livekit.plugins.veena import cli
+    from livekit.plugins.veena.models.profiles import read_manifest
+
+    monkeypatch.delenv("VEENA_MODEL", raising=False)
+    monkeypatch.setattr(cli, "DEFAULT_TINY_DIR", tmp_path / "tiny-veena")
+    folder = cli._resolve_model(None, "maya1")
+    assert folder == str(tmp_path / "tiny-maya1")
+    assert read_manifest(folder)["profile"] == "maya1"
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert len(tok.encode("<laugh>", add_special_tokens=False)) == 1
+    assert cli._resolve_model("some/model", "maya1") == "some/model"

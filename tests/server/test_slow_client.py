@@ -59,23 +59,30 @@ async def test_non_reading_client_is_cut_off_with_bounded_buffers(pipeline):
         port = int(url.rsplit(":", 1)[1])
         sock = await _open_non_reader(port)
         loop = asyncio.get_running_loop()
-        # 1400 tokens = 200 SNAC frames = 800 KB of audio: far more than every buffer holds
+        # 1400 tokens = 200 SNAC frames = 800 KB of audio per chunk, far more than every
+        # buffer holds; min_tokens keeps the random model from stopping early (a run that
+        # happened to stop after a few frames left nothing to overflow and was never cut off)
         for cid in ("a", "b"):
             await loop.sock_sendall(sock, _frame(json.dumps({
                 "type": "speak", "context_id": cid, "continue": False,
                 "text": "A long answer nobody is listening to. " * 4,
-                "sampling": {"max_tokens": 1400}})))
+                "sampling": {"max_tokens": 1400, "min_tokens": 1400}})))
         peak = 0
+        seen: dict[str, float] = {}
 
         async def cut_off() -> bool:
             nonlocal peak
-            peak = max(peak, await metric(s, url, "veena_buffered_bytes"))
+            buffered = await metric(s, url, "veena_buffered_bytes")
+            peak = max(peak, buffered)
+            seen.update(buffered=buffered, done=await metric(
+                s, url, 'veena_requests_total{outcome="done"}'),
+                live=len(pipeline.engine.live_request_ids))
             return await metric(s, url, "veena_slow_clients_total") >= 1
 
         async def both_ended() -> bool:
             return await metric(s, url, 'veena_requests_total{outcome="slow_client"}') >= 2
 
-        await poll_until(cut_off, "the client cut off")
+        await poll_until(cut_off, lambda: f"the client cut off (last seen: {seen})")
         assert peak <= BUFFER_LIMIT
         await poll_until(both_ended, "both contexts ended as slow_client")
         assert await metric(s, url, 'veena_requests_total{outcome="done"}') == 0

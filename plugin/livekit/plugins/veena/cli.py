@@ -63,32 +63,36 @@ class _Progress:
                         extra={"request_id": self._request_id})
 
 
-def _resolve_model(model: str | None) -> str:
-    """The model to speak with: --model, else VEENA_MODEL, else the tiny random model."""
-    from .models.profiles import MANIFEST
+def _resolve_model(model: str | None, profile: str | None = None) -> str:
+    """The model to speak with: --model, else VEENA_MODEL, else a tiny random model in
+    ``profile``'s layout (``veena`` when none is named: ``.cache/tiny-veena``)."""
+    from .models.profiles import MANIFEST, get_profile
     from .models.tiny_model import make_tiny_model
 
     model = model or os.environ.get("VEENA_MODEL")
     if model:
         return model
-    if not (DEFAULT_TINY_DIR / MANIFEST).is_file():
-        logger.info("no model configured: building the tiny random model in %s", DEFAULT_TINY_DIR)
-        make_tiny_model(DEFAULT_TINY_DIR, "veena")
+    name = get_profile(profile).name if profile else "veena"
+    folder = DEFAULT_TINY_DIR.parent / f"tiny-{name}"
+    if not (folder / MANIFEST).is_file():
+        logger.info("no model configured: building the tiny random %s model in %s", name, folder)
+        make_tiny_model(folder, name)
     logger.warning(
         "using the tiny RANDOM-weight model at %s: the WAV will be noise, not speech. "
         "Point --model (or VEENA_MODEL) at a real checkpoint such as maya-research/veena-tts "
-        "to hear speech.", DEFAULT_TINY_DIR,
+        "to hear speech.", folder,
     )
-    return str(DEFAULT_TINY_DIR)
+    return str(folder)
 
 
 async def _say(args: argparse.Namespace) -> int:
     from .models.profiles import resolve_profile
     from .pipeline.pipeline import Pipeline
     from .pipeline.stitching import to_int16
+    from .pipeline.tags import strip_unknown_tags
     from .voices.files import is_voice_path, load_voice
 
-    model = _resolve_model(args.model)
+    model = _resolve_model(args.model, args.profile)
     profile = resolve_profile(model, args.profile)
     voice, speaker_globals, seed = args.voice, None, args.seed
     if voice and is_voice_path(voice):  # a saved voice: checked before any engine work
@@ -103,7 +107,11 @@ async def _say(args: argparse.Namespace) -> int:
             from dataclasses import replace
 
             sampling = replace(sampling, max_tokens=args.max_tokens)
-        syn = pipeline.synthesize(args.text, voice=voice, sampling=sampling, seed=seed,
+        text, removed = strip_unknown_tags(args.text, profile.tags)
+        if removed:  # never read aloud: the model does not perform them
+            logger.warning("removed tags the model does not perform",
+                           extra={"removed_tags": removed, "profile": profile.name})
+        syn = pipeline.synthesize(text, voice=voice, sampling=sampling, seed=seed,
                                   speaker_globals=speaker_globals)
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +137,7 @@ async def _capture(args: argparse.Namespace) -> int:
     from .pipeline.pipeline import Pipeline
     from .voices.files import capture_voice
 
-    model = _resolve_model(args.model)
+    model = _resolve_model(args.model, args.profile)
     pipeline = Pipeline.from_model(model, profile=args.profile)
     try:
         await pipeline.start()
@@ -148,7 +156,7 @@ async def _clone(args: argparse.Namespace) -> int:
     from .pipeline.pipeline import Pipeline
     from .voices.files import VoiceFileError, clone_voice
 
-    model = _resolve_model(args.model)
+    model = _resolve_model(args.model, args.profile)
     wav = Path(args.reference).read_bytes()
     pipeline = Pipeline.from_model(model, profile=args.profile)  # the engine is never started
     try:
@@ -286,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from .server.app import run_server
 
-        return run_server(_resolve_model(args.model), profile=args.profile,
+        return run_server(_resolve_model(args.model, args.profile), profile=args.profile,
                           host=args.host, port=args.port)
     return 2
 
