@@ -171,3 +171,22 @@ def test_a_spark_layout_folder_reads_as_spark(tmp_path, monkeypatch):
     assert llm_location(str(tmp_path), SPARK) == str(tmp_path / "LLM")
     assert llm_location(str(tmp_path / "BiCodec"), SPARK) == str(tmp_path / "BiCodec")
     assert resolve_profile(str(tmp_path / "BiCodec")) is VEENA
+
+
+def test_a_known_hub_id_or_its_cache_snapshot_picks_its_profile(tmp_path, monkeypatch):
+    from livekit.plugins.veena.models.profiles import MAYA1, ORPHEUS, SPARK, resolve_profile
+
+    monkeypatch.delenv("VEENA_PROFILE", raising=False)
+    assert resolve_profile("maya-research/maya1") is MAYA1
+    assert resolve_profile("Maya-Research/Maya1") is MAYA1  # hub ids are case-insensitive
+    assert resolve_profile("canopylabs/orpheus-3b-0.1-ft") is ORPHEUS
+    assert resolve_profile("SparkAudio/Spark-TTS-0.5B") is SPARK
+    assert resolve_profile("maya-research/veena-tts") is VEENA
+    snapshot = tmp_path / "hub" / "models--maya-research--maya1" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    assert resolve_profile(str(snapshot)) is MAYA1
+    # not a prefix match, and what the user names still wins
+    assert resolve_profile("maya-research/maya1-extra") is VEENA
+    assert resolve_profile("maya-research/maya1", "orpheus") is ORPHEUS
+    monkeypatch.setenv("VEENA_PROFILE", "orpheus")
+    assert resolve_profile("maya-research/maya1") is ORPHEUS

@@ -133,6 +133,8 @@ class SnacProfile(_Voices):
     # prompt carries 128009 and its generation must not stop on it)
     ignore_eos: bool = False
     prompt_source: str = ""
+    # hub ids of checkpoints this profile reads (picked for them when no profile is named)
+    model_ids: tuple[str, ...] = ()
     codec: CodecKind = "snac"
     codec_model: str = "hubertsiuzdak/snac_24khz"
     sample_rate: int = 24000
@@ -202,6 +204,8 @@ class BiCodecProfile(_Voices):
     constrained: bool = True
     # the most tokens one request may generate (None: only the per-text budget)
     max_new_tokens: int | None = None
+    # hub ids of checkpoints this profile reads (picked for them when no profile is named)
+    model_ids: tuple[str, ...] = ()
     # the LLM's folder inside a checkpoint that keeps it beside BiCodec/ (Spark-TTS: LLM/)
     llm_folder: str = ""
     # where the prompt format comes from; "UNVERIFIED ..." where it is a guess
@@ -270,6 +274,7 @@ VEENA = SnacProfile(
     stop_token_ids=(128258, 128262),  # END_OF_SPEECH, END_OF_AI
     audio_token_base=128266,
     sampling=SamplingDefaults(temperature=0.4, top_p=0.9, repetition_penalty=1.05),
+    model_ids=("maya-research/veena-tts",),
     licence=_SNAC_LICENCE,
 )
 
@@ -288,6 +293,7 @@ ORPHEUS = SnacProfile(
     audio_token_base=128266,
     add_bos=True,
     tags=ORPHEUS_TAGS,
+    model_ids=("canopylabs/orpheus-3b-0.1-ft",),
     sampling=SamplingDefaults(temperature=0.6, top_p=0.8, repetition_penalty=1.3),
     licence=_SNAC_LICENCE,
 )
@@ -329,6 +335,7 @@ MAYA1 = SnacProfile(
     voice_prompts=MAYA1_PRESETS,
     tags=MAYA1_TAGS,
     ignore_eos=True,
+    model_ids=("maya-research/maya1",),
     sampling=SamplingDefaults(temperature=0.4, top_p=0.9, repetition_penalty=1.1,
                               min_tokens=28),
     prompt_source="maya-research/maya1 model card and its vLLM streaming reference",
@@ -389,6 +396,7 @@ SPARK = BiCodecProfile(
     constrained=False,
     max_new_tokens=3000,
     llm_folder="LLM",
+    model_ids=("SparkAudio/Spark-TTS-0.5B",),
     sampling=SamplingDefaults(temperature=0.8, top_p=0.95, top_k=50, repetition_penalty=1.0),
     prompt_source="SparkAudio/Spark-TTS cli/SparkTTS.py (process_prompt, process_prompt_control)",
     licence=_SPARK_LICENCE,
@@ -442,11 +450,24 @@ def get_profile(name: str) -> ModelProfile:
 
 def resolve_profile(model: str, profile: "str | ModelProfile | None" = None) -> "ModelProfile":
     """The profile a model is read with: the one given, else its folder's manifest, else
-    ``VEENA_PROFILE``, else ``spark`` for a folder in Spark-TTS's layout (``LLM/`` beside
-    ``BiCodec/``), else ``veena``."""
+    ``VEENA_PROFILE``, else the profile whose ``model_ids`` name it (a hub id such as
+    ``maya-research/maya1``, or its snapshot in the Hugging Face cache), else ``spark`` for a
+    folder in Spark-TTS's layout (``LLM/`` beside ``BiCodec/``), else ``veena``."""
     prof = (profile or read_manifest(model).get("profile") or os.environ.get("VEENA_PROFILE")
-            or ("spark" if _spark_layout(model) else "veena"))
+            or _known_model(model) or ("spark" if _spark_layout(model) else "veena"))
     return get_profile(prof) if isinstance(prof, str) else prof
+
+
+def _known_model(model: str) -> str | None:
+    """The profile that publishes ``model``: its hub id, or a cache path
+    ``.../models--OWNER--NAME/snapshots/...`` of it (case-insensitive, as the hub is)."""
+    text = str(model).strip().lower()
+    for candidate in PROFILES.values():
+        for model_id in getattr(candidate, "model_ids", ()):
+            mid = model_id.lower()
+            if text == mid or f"models--{mid.replace('/', '--')}" in text.split("/"):
+                return candidate.name
+    return None
 
 
 def _spark_layout(model: str) -> bool:
