@@ -81,8 +81,10 @@ class _Voices:
 
     name: str
     voices: tuple[str, ...]
-    voice_prompts: tuple[tuple[str, str], ...]
-    described_voices: bool
+    # defaults for a profile of a family of its own that does not declare them (not fields)
+    voice_prompts: tuple[tuple[str, str], ...] = ()
+    described_voices: bool = False
+    tags: tuple[str, ...] = ()
 
     def check_voice(self, voice: str) -> str:
         """A named voice, or (``described_voices``) a description checked by

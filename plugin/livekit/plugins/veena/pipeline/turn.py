@@ -113,7 +113,8 @@ class Turn:
         """The chunk's text as the model reads it: tags the profile does not perform are
         removed and counted; the first removal of the turn logs one warning."""
         profile = self._p.profile
-        clean, removed = strip_unknown_tags(text, profile.tags)
+        known = getattr(profile, "tags", ())  # a profile of a family of its own may have none
+        clean, removed = strip_unknown_tags(text, known)
         if removed:
             _count_removed(len(removed))
             if not self._tags_warned:
@@ -122,7 +123,7 @@ class Turn:
                     "removed tags the model does not perform (later ones in this turn are "
                     "removed silently)",
                     extra={"request_id": self._request_ids[index], "removed_tags": removed,
-                           "profile": profile.name, "known_tags": list(profile.tags)})
+                           "profile": profile.name, "known_tags": list(known)})
         return clean
 
     async def _prefetch(self, text: str, index: int, out: asyncio.Queue) -> None:
