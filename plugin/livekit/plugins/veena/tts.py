@@ -24,6 +24,7 @@ from .models.families import family_for
 from .models.profiles import ModelProfile, get_profile
 from .options import TTSOptions, check_voice
 from .pipeline.chunking import ChunkerOptions
+from .pipeline.engine_options import draw_seed
 from .pipeline.pipeline import Pipeline
 from .pipeline.sentences import SentenceTokenizer
 from .pipeline.transcripts import word_timings
@@ -32,7 +33,7 @@ from .remote import RemoteClient
 from .settings import env_float, env_int
 from .streams import ChunkedStream, SynthesizeStream, _push_words, _VoiceOfStream
 from .validation import check_float, check_int
-from .voices.files import VoiceFile, draw_seed, is_voice_path, load_voice
+from .voices.files import VoiceFile, is_voice_path, load_voice
 
 _PIPELINES: dict[tuple[str, object], Pipeline] = {}
 """One pipeline (engine + decode scheduler) per (model, profile) per process, shared by
@@ -265,11 +266,7 @@ class TTS(tts.TTS):
     def voice_seed(self) -> int | None:
         """The seed every stream speaks with: the ``seed`` option, else a voice file's, else
         (``voice_scope="call"``, SNAC) the call's once drawn; None: each stream draws its own."""
-        if self._opts.seed is not None:
-            return self._opts.seed
-        if self._voice_file is not None and self._voice_file.seed is not None:
-            return self._voice_file.seed
-        return self._call_seed if self._keeps_seed(self._opts) else None
+        return self._seed_for(self._opts, draw=False)
 
     def reset_voice(self) -> None:
         """Forget the call's voice: the next stream captures new speaker globals (BiCodec)
@@ -287,16 +284,16 @@ class TTS(tts.TTS):
         """A SNAC voice is its words and its seed: in call scope the seed is the call's."""
         return opts.voice_scope == "call" and not family_for(self._profile).has_speaker_globals
 
-    def _seed_for(self, opts: TTSOptions) -> int | None:
+    def _seed_for(self, opts: TTSOptions, *, draw: bool = True) -> int | None:
         """The seed of a stream with ``opts``: given, a voice file's, or the call's (drawn on
-        first use); None lets the turn draw one."""
+        first use unless ``draw`` is False); None lets the turn draw one."""
         if opts.seed is not None:
             return opts.seed
         if self._voice_file is not None and self._voice_file.seed is not None:
             return self._voice_file.seed
         if not self._keeps_seed(opts):
             return None
-        if self._call_seed is None:
+        if self._call_seed is None and draw:
             self._call_seed = draw_seed()
             logger.debug("the call's voice seed drawn", extra={"seed": self._call_seed})
         return self._call_seed

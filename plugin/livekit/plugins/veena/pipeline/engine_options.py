@@ -4,6 +4,7 @@ engine core dies on a float or bool where it expects an int)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 from ..settings import env_bool, env_float, env_int, env_str
@@ -11,6 +12,12 @@ from ..validation import check_float, check_int, check_int_list, is_int
 
 _MAX_TOKENS = 1 << 20
 MAX_TOKEN_ID = (1 << 31) - 1
+
+
+def draw_seed() -> int:
+    """A fresh sampling seed (31 bits): what a request, a turn or a call keeps when none is
+    given."""
+    return random.getrandbits(31)
 
 
 @dataclass(frozen=True)

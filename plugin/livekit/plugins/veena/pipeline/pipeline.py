@@ -11,7 +11,6 @@ import asyncio
 import importlib.util
 import logging
 import math
-import random
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from ..models.profiles import (
 from ..settings import env_bool, env_float, env_int, env_str
 from .chunking import ChunkerOptions, chunk_text
 from .engine import EngineOptions, SamplingOptions, VllmEngine
+from .engine_options import draw_seed
 from .pacing import PacingOptions
 from .parsing import TokenTable
 from .request_run import piece_seed
@@ -243,7 +243,7 @@ class Pipeline:
         voice = self.profile.check_voice(self.profile.default_voice if voice is None else voice)
         sampling = (sampling or self.default_sampling()).validate()
         if seed is None:
-            seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
+            seed = sampling.seed if sampling.seed is not None else draw_seed()
         sampling = replace(sampling, seed=seed).validate()
         globals_ = None
         if speaker_globals is not None:

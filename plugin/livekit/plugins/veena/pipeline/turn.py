@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
 from dataclasses import dataclass
 from typing import AsyncIterable, Callable
@@ -23,7 +22,7 @@ from typing import AsyncIterable, Callable
 import numpy as np
 
 from ..log import logger
-from .engine_options import SamplingOptions
+from .engine_options import SamplingOptions, draw_seed
 from .pipeline import EmptyTextError, Pipeline
 from .stitching import ChunkJoiner
 from .tags import spoken_text, strip_unknown_tags
@@ -80,7 +79,7 @@ class Turn:
     def __init__(self, pipeline: Pipeline, options: TurnOptions) -> None:
         self._p = pipeline
         self._opts = options
-        self.seed = options.seed if options.seed is not None else random.getrandbits(31)
+        self.seed = options.seed if options.seed is not None else draw_seed()
         self.speaker_globals: tuple[int, ...] | None = options.speaker_globals
         self._first_syn = None
         self._first_started = asyncio.Event()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from ..models.families import family_for
 from ..models.profiles import CLONED_VOICE
+from ..pipeline.engine_options import draw_seed
 from ..validation import check_int
 
 FORMAT_VERSION = 1
@@ -78,11 +78,6 @@ class VoiceFile:
         data = {**asdict(self), "speaker_globals": (
             None if self.speaker_globals is None else list(self.speaker_globals))}
         return {k: v for k, v in data.items() if v is not None}
-
-
-def draw_seed() -> int:
-    """A fresh seed, as a turn draws one (31 bits)."""
-    return random.getrandbits(31)
 
 
 def design_voice(profile: Any, voice: str, *, seed: int | None = None,
