@@ -9,7 +9,8 @@ wall; the fake engine's own share measured alone in the same run, with plain con
 event-loop lag p99, gap seconds per stream after first audio, first audio p50/p95. Cases:
 ``normal``; ``stall`` (the engine generates nothing for 1.5 s mid-stream); ``half_blocked``
 (the server's event loop blocked 50 ms of every 100 ms for 2 s); each with adaptive windows
-and with the fixed ramp.
+and with the fixed ramp. ``pipeline_alone``: the same N streams through ``Turn.speak`` in one
+process with no server or WebSocket (what the app adds is the difference).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from aiohttp import web
 
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
 from livekit.plugins.veena.server.app import ServerOptions, create_app
 
 STEP_S = 2048 / 24000
@@ -55,13 +57,13 @@ class GpuLikeCodec:
 
 # -- the client process ---------------------------------------------------------------------
 
-async def _stream(session, url: str, index: int, delay: float) -> dict:
+async def _stream(session, url: str, index: int, delay: float, compress: int) -> dict:
     import aiohttp
 
     from livekit.plugins.veena.protocol import decode_audio
 
     await asyncio.sleep(delay)
-    ws = await session.ws_connect(url)
+    ws = await session.ws_connect(url, compress=compress)
     started = time.perf_counter()
     await ws.send_json({"type": "speak", "context_id": f"c{index}", "continue": False,
                         "text": TEXT, "seed": index})
@@ -86,20 +88,20 @@ async def _stream(session, url: str, index: int, delay: float) -> dict:
     return {"first_s": first, "gap_s": gaps, "audio_s": samples / 24000, "end": end}
 
 
-async def _client(url: str, n: int, stagger_s: float) -> list[dict]:
+async def _client(url: str, n: int, stagger_s: float, compress: int) -> list[dict]:
     import aiohttp
 
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as session:
-        return await asyncio.gather(*(_stream(session, url, i, stagger_s * i / n)
+        return await asyncio.gather(*(_stream(session, url, i, stagger_s * i / n, compress)
                                       for i in range(n)))
 
 
-def client_main(url: str, n: int, stagger_s: float, pipe) -> None:
+def client_main(url: str, n: int, stagger_s: float, compress: int, pipe) -> None:
     import aiohttp  # noqa: F401 (imported before the start signal, not while streams run)
 
     pipe.send("start")
-    pipe.send(asyncio.run(_client(url, n, stagger_s)))
+    pipe.send(asyncio.run(_client(url, n, stagger_s, compress)))
 
 
 # -- the server process ---------------------------------------------------------------------
@@ -139,7 +141,9 @@ async def engine_alone(n: int, frames: int, stagger_s: float) -> float:
     return (time.process_time() - cpu) * 1000 / (n * frames * STEP_S)
 
 
-async def run(n: int, mode: str, case: str, frames: int, stagger_s: float) -> dict:
+async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
+              compress: int = 0) -> dict:
+    """``compress``: the permessage-deflate window the clients offer (0: none)."""
     llm = FakeAsyncLLM(frames)
     engine = fake_vllm_engine(llm, max_num_seqs=2 * n)
     pipeline = Pipeline(engine, GpuLikeCodec(), VEENA,
@@ -154,7 +158,8 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float) -> di
     loop = asyncio.get_running_loop()
     ours, theirs = mp.get_context("spawn").Pipe()
     client = mp.get_context("spawn").Process(target=client_main,
-                                             args=(url, n, stagger_s, theirs), daemon=True)
+                                             args=(url, n, stagger_s, compress, theirs),
+                                             daemon=True)
     client.start()
     lags: list[float] = []
     try:
@@ -170,6 +175,52 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float) -> di
         client.join(30)
         await runner.cleanup()
         await pipeline.aclose()
+    return _row(case, mode, n, results, cpu, lags)
+
+
+async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float) -> dict:
+    """N real-time turns straight through the pipeline, heard where ``push`` delivers."""
+    llm = FakeAsyncLLM(frames)
+    pipeline = Pipeline(fake_vllm_engine(llm, max_num_seqs=2 * n), GpuLikeCodec(), VEENA,
+                        PipelineOptions(adaptive_windows=mode == "adaptive"))
+    await pipeline.start()
+    sampling = pipeline.default_sampling()
+
+    async def one(i: int) -> dict:
+        await asyncio.sleep(stagger_s * i / n)
+        started = time.perf_counter()
+        heard = {"first_s": None, "gap_s": 0.0, "audio_s": 0.0, "play_end": 0.0}
+
+        def push(pcm) -> None:
+            now = time.perf_counter()
+            if heard["first_s"] is None:
+                heard["first_s"], heard["play_end"] = now - started, now
+            elif now > heard["play_end"]:
+                heard["gap_s"] += now - heard["play_end"]
+            heard["play_end"] = max(heard["play_end"], now) + len(pcm) / 24000
+            heard["audio_s"] += len(pcm) / 24000
+
+        async def text():
+            yield TEXT
+
+        await Turn(pipeline, TurnOptions(voice=VEENA.default_voice, sampling=sampling,
+                                         seed=i)).speak(text(), push)
+        return {**heard, "end": "done"}
+
+    lags: list[float] = []
+    monitor = asyncio.create_task(_lag_monitor(lags))
+    cpu = time.process_time()
+    try:
+        results = await asyncio.gather(*(one(i) for i in range(n)))
+    finally:
+        cpu = time.process_time() - cpu
+        monitor.cancel()
+        await pipeline.aclose()
+    return _row("pipeline_alone", mode, n, results, cpu, lags)
+
+
+def _row(case: str, mode: str, n: int, results: list[dict], cpu: float,
+         lags: list[float]) -> dict:
     done = [r for r in results if r["end"] == "done"]
     audio = sum(r["audio_s"] for r in results)
     gaps = [r["gap_s"] for r in done]
@@ -207,9 +258,14 @@ async def amain(args) -> None:
              for n in sorted(set(args.streams) | {args.disturb_streams})}
     plan = [("normal", n) for n in args.streams]
     plan += [(case, args.disturb_streams) for case in args.cases if case != "normal"]
+    plan += [("pipeline_alone", n) for n in args.streams if args.pipeline_alone]
     for case, n in plan:
         for mode in args.modes:
-            row = await run(n, mode, case, args.frames, args.stagger_s)
+            if case == "pipeline_alone":
+                row = await run_pipeline_alone(n, mode, args.frames, args.stagger_s)
+            else:
+                row = await run(n, mode, case, args.frames, args.stagger_s,
+                                15 if args.clients_offer_deflate else 0)
             row["engine_alone_ms_per_audio_s"] = alone[n]
             if row["server_cpu_ms_per_audio_s"] is not None:
                 row["ours_ms_per_audio_s"] = row["server_cpu_ms_per_audio_s"] - alone[n]
@@ -218,6 +274,7 @@ async def amain(args) -> None:
                        and r["held"]), default=0) for m in ("adaptive", "ramp")}
     notes = {"frames_per_request": args.frames, "stagger_s": args.stagger_s,
              "codec_call_s": 0.003, "steps_per_s": 82, "text": TEXT,
+             "clients_offer_deflate": args.clients_offer_deflate,
              "largest_held": largest, "label": args.label,
              "setup": (f"Server app and fake engine in one process, client in another, on this "
                        f"{mp.cpu_count()}-core machine (N up to {max(args.streams)} here); "
@@ -237,6 +294,10 @@ if __name__ == "__main__":
     ap.add_argument("--cases", type=lambda s: s.split(","),
                     default=["normal", "stall", "half_blocked"])
     ap.add_argument("--modes", type=lambda s: s.split(","), default=["adaptive", "ramp"])
+    ap.add_argument("--pipeline-alone", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run each N through the pipeline alone (no server)")
+    ap.add_argument("--clients-offer-deflate", action="store_true",
+                    help="clients offer permessage-deflate (as browsers and `websockets` do)")
     ap.add_argument("--frames", type=int, default=60, help="frames per engine request")
     ap.add_argument("--stagger-s", type=float, default=1.0, help="streams start over this long")
     ap.add_argument("--label", default="", help="suffix of the result files")

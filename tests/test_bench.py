@@ -102,8 +102,8 @@ def test_control_plane_bench():
          "--cases", "normal,stall", "--modes", "adaptive", "--frames", "24",
          "--stagger-s", "0.2")
     rows = _rows("control_plane")
-    assert [(r["case"], r["mode"]) for r in rows] == [("normal", "adaptive"),
-                                                        ("stall", "adaptive")]
+    assert [(r["case"], r["mode"]) for r in rows] == [
+        ("normal", "adaptive"), ("stall", "adaptive"), ("pipeline_alone", "adaptive")]
     for r in rows:  # every stream ends done with all its audio (no claim on time here)
         assert r["done"] == 4 and r["audio_s_per_stream"] == pytest.approx(24 * 2048 / 24000)
         assert r["server_cpu_ms_per_audio_s"] > 0 and r["ours_ms_per_audio_s"] is not None

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import json
 import os
+import socket
 import struct
 
 
@@ -35,8 +36,18 @@ class RawWebSocket:
 
     @classmethod
     async def connect(cls, port: int, headers: dict[str, str] | None = None,
-                      path: str = "/v1/stream") -> "RawWebSocket":
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                      path: str = "/v1/stream",
+                      receive_buffer: int | None = None) -> "RawWebSocket":
+        """``receive_buffer``: a small kernel receive window and stream buffer, so that a
+        client that does not read soon makes the server's writes wait."""
+        if receive_buffer is None:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        else:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+            reader, writer = await asyncio.open_connection(sock=sock, limit=receive_buffer)
         key = base64.b64encode(os.urandom(16)).decode()
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         writer.write((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
