@@ -40,16 +40,28 @@ DISTURB_AT_S = 2.5
 
 
 class GpuLikeCodec:
-    """SNAC's shape; every batch costs ``call_s`` of sleep whatever its size (a GPU call)."""
+    """SNAC's shape; every batch costs ``call_s`` of sleep whatever its size (a GPU call).
+    Its audio is speech-like in its bytes (a tone under noise, not silence), so that what
+    the server does with the bytes (e.g. deflate) costs what it costs on real speech."""
 
     name, sample_rate, samples_per_step = "gpu-like", 24000, 2048
 
     def __init__(self, call_s: float = 0.003) -> None:
         self.call_s = call_s
+        t = np.arange(10 * 24000) / 24000
+        rng = np.random.default_rng(0)
+        self._audio = (0.3 * np.sin(2 * np.pi * 180 * t)
+                       + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
+        self._at = 0
 
     def decode(self, batch):
         time.sleep(self.call_s)
-        return [np.zeros(b.codes.shape[0] * 2048, np.float32) for b in batch]
+        out = []
+        for b in batch:
+            n = b.codes.shape[0] * 2048
+            self._at = (self._at + n) % (self._audio.size - n)
+            out.append(self._audio[self._at:self._at + n].copy())
+        return out
 
     def warmup(self) -> None:
         pass
