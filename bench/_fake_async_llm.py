@@ -60,6 +60,9 @@ class FakeAsyncLLM:
         self._stall_from = self._stall_until = 0.0
         self._task: asyncio.Task | None = None
         self.steps = 0
+        self.step_cpu_s = 0.0
+        """CPU time spent in the engine's steps (making tokens, filling collectors, waking
+        consumers), measured inside the run it serves."""
 
     def stall(self, seconds: float) -> None:
         """No engine step for ``seconds`` from now (nothing is generated meanwhile; one stall
@@ -75,6 +78,7 @@ class FakeAsyncLLM:
     async def _run(self) -> None:
         period = 1.0 / self.steps_per_s
         while self._requests:
+            cpu = time.thread_time()
             step = self._steps()
             self.steps = step
             for req in list(self._requests.values()):
@@ -84,6 +88,7 @@ class FakeAsyncLLM:
                            for k in range(req.made, req.made + due)]
                     req.made += due
                     req.put(ids, req.made >= req.tokens)
+            self.step_cpu_s += time.thread_time() - cpu
             await asyncio.sleep(period - (time.perf_counter() - self._t0) % period)
 
     async def generate(self, prompt, params, request_id: str):

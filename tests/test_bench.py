@@ -107,5 +107,6 @@ def test_control_plane_bench():
     for r in rows:  # every stream ends done with all its audio (no claim on time here)
         assert r["done"] == 4 and r["audio_s_per_stream"] == pytest.approx(24 * 2048 / 24000)
         assert r["server_cpu_ms_per_audio_s"] > 0 and r["ours_ms_per_audio_s"] is not None
+        assert 0 < r["ours_in_run_ms_per_audio_s"] < r["server_cpu_ms_per_audio_s"]
     md = (Path(os.environ["VEENA_BENCH_RESULTS"]) / "control_plane.md").read_text()
     assert md.startswith("| case | mode |") and "Largest N held" in md
