@@ -107,7 +107,7 @@ async def test_windows_behind_a_slow_write_leave_as_fewer_frames(monkeypatch, re
         else:
             assert frames < len(encoded)
         async with aiohttp.ClientSession() as s:
-            await poll_until(lambda: server.settled(), "the connection closed")
+            await poll_until(server.settled, "the connection closed")
             assert await metric(s, server.url, "veena_buffered_bytes") == 0
 
 

@@ -8,7 +8,7 @@ import collections
 import contextlib
 import logging
 import socket
-from typing import Callable
+from typing import Callable, Iterable
 
 from aiohttp import WSMsgType, web
 
@@ -90,7 +90,7 @@ class _Outbox:
         if isinstance(item, bytes):
             self._count(-len(item))
 
-    def discard(self, unsent: list[bytes | dict] = ()) -> None:
+    def discard(self, unsent: Iterable[bytes | dict | None] = ()) -> None:
         """Forget what is still queued or was taken and never sent (the connection is
         gone)."""
         for item in [*unsent, *self.take_now()]:
@@ -106,7 +106,7 @@ def _merged(items: list[bytes | dict | None]) -> list[bytes | dict | None]:
     """Consecutive audio frames of one context as one frame (order kept, events untouched,
     no frame past ``_MERGED_FRAME_BYTES`` unless it came that large)."""
     out: list[bytes | dict | None] = []
-    run: list = []
+    run: list = []  # the frame being built: its first frame whole, then the others' PCM
     head, size = b"", 0
     for item in items:
         if isinstance(item, bytes):
@@ -115,16 +115,15 @@ def _merged(items: list[bytes | dict | None]) -> list[bytes | dict | None]:
                 run.append(memoryview(item)[n:])
                 size += len(item) - n
                 continue
-            if run:
-                out.append(run[0] if len(run) == 1 else b"".join(run))
+        if run:
+            out.append(b"".join(run))  # one frame alone comes back as itself, uncopied
+            run = []
+        if isinstance(item, bytes):
             run, head, size = [item], item[:n], len(item)
         else:
-            if run:
-                out.append(run[0] if len(run) == 1 else b"".join(run))
-                run = []
             out.append(item)
     if run:
-        out.append(run[0] if len(run) == 1 else b"".join(run))
+        out.append(b"".join(run))
     return out
 
 
@@ -318,6 +317,6 @@ async def stream(request: web.Request) -> web.StreamResponse:
             await asyncio.wait_for(write_task, 1.0)
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await keepalive_task
-        out.discard([item for item in unsent if item is not None])
+        out.discard(unsent)
     return ws
 
