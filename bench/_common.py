@@ -37,16 +37,32 @@ def report(name: str, rows: list[dict], notes: dict | None = None) -> Path:
     return path
 
 
-async def listen(chunks, sample_rate: int) -> tuple[float, float]:
-    """Hear a stream of ``AudioChunk``s as a listener does (it plays what it has and pauses
-    when dry): (first audio s from the call, seconds of gaps after first audio)."""
-    start = time.perf_counter()
-    first_audio, play_end, gaps = None, 0.0, 0.0
-    async for chunk in chunks:
+class Listener:
+    """A listener who plays what it has and pauses when dry: first audio (seconds after
+    ``start``), seconds of gap after it, and seconds heard."""
+
+    def __init__(self, sample_rate: int, start: float | None = None) -> None:
+        self.sample_rate = sample_rate
+        self.start = time.perf_counter() if start is None else start
+        self.first_s: float | None = None
+        self.gap_s = 0.0
+        self.audio_s = 0.0
+        self._play_end = 0.0
+
+    def hear(self, samples: int) -> None:
         now = time.perf_counter()
-        if first_audio is None:
-            first_audio, play_end = now - start, now
-        elif now > play_end:
-            gaps += now - play_end
-        play_end = max(play_end, now) + len(chunk.pcm) / sample_rate
-    return first_audio, gaps
+        if self.first_s is None:
+            self.first_s, self._play_end = now - self.start, now
+        elif now > self._play_end:
+            self.gap_s += now - self._play_end
+        self._play_end = max(self._play_end, now) + samples / self.sample_rate
+        self.audio_s += samples / self.sample_rate
+
+
+async def listen(chunks, sample_rate: int) -> tuple[float, float]:
+    """Hear a stream of ``AudioChunk``s as a ``Listener``: (first audio s from the call,
+    seconds of gaps after first audio)."""
+    ear = Listener(sample_rate)
+    async for chunk in chunks:
+        ear.hear(len(chunk.pcm))
+    return ear.first_s, ear.gap_s

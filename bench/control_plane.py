@@ -22,7 +22,7 @@ import multiprocessing as mp
 import time
 
 import numpy as np
-from _common import RESULTS, report, setup
+from _common import RESULTS, Listener, report, setup
 from _fake_async_llm import FakeAsyncLLM, fake_vllm_engine
 from aiohttp import web
 
@@ -76,20 +76,13 @@ async def _stream(session, url: str, index: int, delay: float, compress: int) ->
 
     await asyncio.sleep(delay)
     ws = await session.ws_connect(url, compress=compress)
-    started = time.perf_counter()
+    ear = Listener(24000)
     await ws.send_json({"type": "speak", "context_id": f"c{index}", "continue": False,
                         "text": TEXT, "seed": index})
-    first, play_end, gaps, samples, end = None, 0.0, 0.0, 0, "none"
+    end = "none"
     async for msg in ws:
-        now = time.perf_counter()
         if msg.type == aiohttp.WSMsgType.BINARY:
-            n = len(decode_audio(msg.data)[1]) // 2
-            if first is None:
-                first, play_end = now - started, now
-            elif now > play_end:
-                gaps += now - play_end
-            play_end = max(play_end, now) + n / 24000
-            samples += n
+            ear.hear(len(decode_audio(msg.data)[1]) // 2)
         elif msg.type == aiohttp.WSMsgType.TEXT:
             end = json.loads(msg.data)["type"]
             if end in ("done", "error", "cancelled"):
@@ -97,7 +90,7 @@ async def _stream(session, url: str, index: int, delay: float, compress: int) ->
         else:
             break
     await ws.close()
-    return {"first_s": first, "gap_s": gaps, "audio_s": samples / 24000, "end": end}
+    return {"first_s": ear.first_s, "gap_s": ear.gap_s, "audio_s": ear.audio_s, "end": end}
 
 
 async def _client(url: str, n: int, stagger_s: float, compress: int) -> list[dict]:
@@ -200,24 +193,15 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float) -
 
     async def one(i: int) -> dict:
         await asyncio.sleep(stagger_s * i / n)
-        started = time.perf_counter()
-        heard = {"first_s": None, "gap_s": 0.0, "audio_s": 0.0, "play_end": 0.0}
-
-        def push(pcm) -> None:
-            now = time.perf_counter()
-            if heard["first_s"] is None:
-                heard["first_s"], heard["play_end"] = now - started, now
-            elif now > heard["play_end"]:
-                heard["gap_s"] += now - heard["play_end"]
-            heard["play_end"] = max(heard["play_end"], now) + len(pcm) / 24000
-            heard["audio_s"] += len(pcm) / 24000
+        ear = Listener(24000)
 
         async def text():
             yield TEXT
 
         await Turn(pipeline, TurnOptions(voice=VEENA.default_voice, sampling=sampling,
-                                         seed=i)).speak(text(), push)
-        return {**heard, "end": "done"}
+                                         seed=i)).speak(text(), lambda pcm: ear.hear(len(pcm)))
+        return {"first_s": ear.first_s, "gap_s": ear.gap_s, "audio_s": ear.audio_s,
+                "end": "done"}
 
     lags: list[float] = []
     monitor = asyncio.create_task(_lag_monitor(lags))
