@@ -52,14 +52,12 @@ class _LiveRequest:
     """A running request's consumer: ``mark_dead`` cancels it while it waits on vLLM."""
 
     task: asyncio.Task | None = None
-    """The task awaiting vLLM's next output (whoever iterates the generator)."""
+    """The task iterating the generator (one task from start to end, as ``async for``
+    guarantees): ``mark_dead`` cancels it."""
     waiting: bool = False
     """Awaiting vLLM's next output (not handling the last one in the caller's code)."""
     killed: bool = False
     """Cancelled by ``mark_dead``: that cancellation is an ``EngineDeadError``."""
-
-    def wait(self) -> None:
-        self.task, self.waiting = asyncio.current_task(), True
 
 
 def _model_missing(error: BaseException) -> bool:
@@ -254,12 +252,12 @@ class VllmEngine:
         await self.start()
         assert self._llm is not None
         request_id = request_id or self.new_request_id()
-        live = _LiveRequest()
+        live = _LiveRequest(asyncio.current_task())
         self._live[request_id] = live
         finished = False
         outputs = self._llm.generate(prompt, params, request_id)
         try:
-            live.wait()
+            live.waiting = True
             async for out in outputs:
                 live.waiting = False
                 self.last_output = time.monotonic()
@@ -273,7 +271,7 @@ class VllmEngine:
                 if self.dead_reason is not None:  # it died while the caller had the tokens
                     raise EngineDeadError(f"vLLM engine died during request {request_id}: "
                                           f"{self.dead_reason}")
-                live.wait()
+                live.waiting = True
         except asyncio.CancelledError:
             if live.killed and live.task is not None and live.task.uncancel() == 0:
                 # our own cancel from mark_dead, and nobody else's: the engine is gone

@@ -110,7 +110,7 @@ class SnacFramer:
     def __init__(self, profile: SnacProfile, table: TokenTable, request_id: str = "") -> None:
         self._kind = table.kind
         self._value = table.value
-        self._table = table
+        self._kind_list, self._value_list = table.as_lists()
         self._n = profile.tokens_per_frame
         self._width = profile.codebook_size
         self._request_id = request_id
@@ -129,7 +129,7 @@ class SnacFramer:
 
     def _feed_short(self, token_ids) -> list[np.ndarray]:
         frames: list[np.ndarray] = []
-        kind, value = self._table.as_lists()
+        kind, value = self._kind_list, self._value_list
         n, width, size, stats = self._n, self._width, len(kind), self.stats
         for tid in token_ids:
             stats.tokens += 1

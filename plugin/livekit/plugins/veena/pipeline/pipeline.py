@@ -29,6 +29,7 @@ from ..settings import env_bool, env_float, env_int, env_str
 from .chunking import ChunkerOptions, chunk_text
 from .engine import EngineOptions, SamplingOptions, VllmEngine
 from .engine_options import draw_seed
+from .gc_heap import freeze_startup_heap
 from .pacing import PacingOptions
 from .parsing import TokenTable
 from .request_run import piece_seed
@@ -79,6 +80,9 @@ class PipelineOptions:
     max_audio_s_per_char: float = 0.2
     """Token budget: at most this much audio per input character (plus 2 s), which stops
     runaway generation on long or repetitive text."""
+    freeze_gc_heap: bool = True
+    """Once started, freeze the start-up heap so full garbage collections stop pausing the
+    event loop (``gc_heap``)."""
 
     @classmethod
     def from_env(cls) -> "PipelineOptions":
@@ -112,6 +116,7 @@ class PipelineOptions:
             codec_device=env_str("VEENA_CODEC_DEVICE", cls.codec_device),
             torch_threads=env_int("VEENA_TORCH_THREADS", cls.torch_threads),
             max_audio_s_per_char=env_float("VEENA_MAX_AUDIO_S_PER_CHAR", cls.max_audio_s_per_char),
+            freeze_gc_heap=env_bool("VEENA_FREEZE_GC_HEAP", cls.freeze_gc_heap),
         )
 
 
@@ -208,6 +213,10 @@ class Pipeline:
             self._warm = asyncio.get_running_loop().run_in_executor(None, self.codec.warmup)
         await self.engine.start(timeout)
         await asyncio.shield(self._warm)
+        if not self._ready:
+            self.table  # noqa: B018 - the tokenizer and token table, before the first request
+            if self.options.freeze_gc_heap:
+                freeze_startup_heap()
         self._ready = True
 
     @property

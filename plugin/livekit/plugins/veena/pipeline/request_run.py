@@ -264,20 +264,23 @@ class RequestRun:
         self.engine_request_ids.append(request_id)
         syn.vllm_request_ids.append(request_id)
         self.awaiting_tokens = True
+        track, stats = self.track, self.track.stats
+        capturing = syn.speaker_globals is None and self._p.family.has_speaker_globals
         gen = self._p.engine.generate(prompt, sampling, request_id)
         async with contextlib.aclosing(gen):
-            async for ids in gen:
+            async for ids in gen:  # once per token per request: keep this loop lean
                 self.awaiting_tokens = False
-                self._moved()
+                self.last_progress = time.monotonic()
                 now = time.perf_counter()
                 if timings.first_token is None:
                     timings.first_token = now
                 timings.tokens += len(ids)
                 timings.last_token = now
-                new = self.track.feed(ids)
-                if syn.speaker_globals is None and self.track.speaker_globals is not None:
-                    syn.captured(self.track.speaker_globals)
+                new = track.feed(ids)
+                if capturing and track.speaker_globals is not None:
+                    capturing = False
+                    syn.captured(track.speaker_globals)
                 if new:
                     self._steps_arrived(new)
-                if self.track.stats.stopped:
+                if stats.stopped:
                     break

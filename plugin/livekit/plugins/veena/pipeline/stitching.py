@@ -8,6 +8,8 @@ exactly steps x samples_per_step. Pure and synchronous.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .windowing import Window
@@ -18,12 +20,20 @@ def to_int16(audio: np.ndarray) -> np.ndarray:
     return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
 
 
+@functools.lru_cache(maxsize=16)
+def _fade_in(n: int) -> np.ndarray:
+    """The weights of an ``n``-sample fade (a seam of one stream: a few lengths in all)."""
+    w = np.arange(1, n + 1, dtype=np.float32) / (n + 1)
+    w.flags.writeable = False
+    return w
+
+
 def crossfade(tail: np.ndarray, head: np.ndarray) -> np.ndarray:
     """Linear (constant-gain) fade from ``tail`` into ``head``: both decode the same instant."""
     n = min(len(tail), len(head))
     if n == 0:
         return head
-    w = (np.arange(1, n + 1, dtype=np.float32) / (n + 1))
+    w = _fade_in(n)
     mixed = head.copy()
     mixed[:n] = tail[:n] * (1.0 - w) + head[:n] * w
     return mixed

@@ -28,6 +28,7 @@ from .stitching import ChunkJoiner
 from .tags import spoken_text, strip_unknown_tags
 
 _unknown_tags_removed = 0
+_HAS_TIMEOUT = hasattr(asyncio, "timeout")
 
 
 def unknown_tags_removed() -> int:
@@ -232,13 +233,22 @@ class Turn:
         return max(started, first.progress_at()) if first is not None else started
 
     async def _next(self, q: asyncio.Queue, index: int):
-        """The chunk's next item; TurnTimeout once it has made no progress for ``timeout``."""
+        """The chunk's next item; TurnTimeout once it has made no progress for ``timeout``.
+
+        Called once per decoded window: an item already there is taken at once, and a wait
+        is bounded by one timer on this task (``asyncio.timeout``), not by ``wait_for``'s
+        extra Task per call."""
         while True:
+            if not q.empty():
+                return q.get_nowait()
             remaining = self._progress_at(index) + self._opts.timeout - time.monotonic()
             if remaining <= 0:
                 raise TurnTimeout(f"no progress from the engine for {self._opts.timeout:.1f} s")
             try:
-                return await asyncio.wait_for(q.get(), remaining)
+                if _HAS_TIMEOUT:
+                    async with asyncio.timeout(remaining):
+                        return await q.get()
+                return await asyncio.wait_for(q.get(), remaining)  # Python 3.10
             except asyncio.TimeoutError:
                 continue
 
