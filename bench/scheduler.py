@@ -27,11 +27,16 @@ from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions
+from livekit.plugins.veena.pipeline.windowing import WindowOptions
 
 SPF, RATE = 2048, 24000
 MODES = {
     "ramp": PipelineOptions(adaptive_windows=False, scheduler=SchedulerOptions(adaptive_batch=False)),
     "adaptive": PipelineOptions(),
+    # the first window larger (VEENA_SNAC_WINDOW_FIRST): first audio later by the extra
+    # frames, and every later window may be that large without a gap at exactly real time
+    "adaptive_first4": PipelineOptions(snac_window=WindowOptions(first=4, new=8, left=2, right=2)),
+    "adaptive_first8": PipelineOptions(snac_window=WindowOptions(first=8, new=8, left=2, right=2)),
 }
 
 
@@ -64,6 +69,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--speeds", default="0.9,1.0,1.2,2.0,inf",
                     help="token rates as multiples of real time; inf: all tokens at once")
+    ap.add_argument("--modes", default="ramp,adaptive",
+                    help="planners to run, of: " + ", ".join(MODES))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
@@ -73,7 +80,7 @@ def main() -> None:
     codec.warmup()
     rows = [asyncio.run(run(codec, mode, int(n), args.seconds, float(speed)))
             for n in args.streams.split(",") for speed in args.speeds.split(",")
-            for mode in MODES]
+            for mode in args.modes.split(",")]
     report("scheduler", rows, {"seconds_per_stream": args.seconds, "device": args.device,
                                "threads": args.threads})
 
