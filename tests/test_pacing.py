@@ -35,14 +35,42 @@ class Listener:
 
 
 def simulate(rate_x: float, frames: int, cost_per_step: float, pacing=PacingOptions(),
-             all_at_once: bool = False):
+             all_at_once: bool = False, tick_s: float | None = None, pulls: list | None = None,
+             tokens_per_step: int = 1):
     """One stream: frames arrive at ``rate_x`` x real time (or all at t=0); one window in
-    flight; a window of n steps decodes in n * cost_per_step seconds. Returns (windows,
-    first audio time, total gap seconds after first audio)."""
+    flight; a window of n steps decodes in n * cost_per_step seconds. With ``tick_s`` the
+    producer parks as ``RequestRun`` does (``pull_at``, woken at the start of its tick) and
+    frames that arrive meanwhile are taken together when it wakes, as vLLM merges them;
+    ``pulls`` gets one entry per delta taken, of ``tokens_per_step`` tokens per step (a
+    step reaches the planner when its last token is taken). Returns (windows, first audio
+    time, total gap seconds after first audio)."""
     planner = AdaptivePlanner(OPTS, pacing, STEP_S, lambda n: n * cost_per_step)
-    events = [(0.0 if all_at_once else (k + 1) * STEP_S / rate_x, 0, k) for k in range(frames)]
+    tokens = frames * tokens_per_step
+    events = [(0.0 if all_at_once else (k + 1) * STEP_S / tokens_per_step / rate_x, 0, k)
+              for k in range(tokens)]
     heapq.heapify(events)
     now, in_flight, listener = 0.0, None, Listener()
+    parked_until, waiting = None, 0
+    pulls = [] if pulls is None else pulls
+
+    woke = False
+
+    def take(count: int) -> None:
+        nonlocal parked_until, woke
+        pulls.append(count)
+        steps = (sum(pulls) // tokens_per_step) - planner.available
+        if steps:
+            planner.add(steps, now)
+        if arrived == tokens:
+            planner.finish()
+        pump()  # as RequestRun: the planner sees the steps before the producer parks
+        if woke:  # what waited is stamped with the wake's time: park again after an arrival
+            woke = False
+        elif tick_s is not None:
+            at = planner.pull_at(now, tick_s)
+            if at is not None:
+                parked_until = (at // tick_s) * tick_s
+                heapq.heappush(events, (parked_until, 3, 0))
 
     def pump():
         nonlocal in_flight
@@ -56,10 +84,16 @@ def simulate(rate_x: float, frames: int, cost_per_step: float, pacing=PacingOpti
     while events:
         now, kind, item = heapq.heappop(events)
         if kind == 0:
-            planner.add(1, now)
             arrived += 1
-            if arrived == frames:
-                planner.finish()
+            if parked_until is None:
+                take(1)
+            else:
+                waiting += 1
+        elif kind == 3:  # the producer wakes and takes what arrived while it was parked
+            parked_until, count, waiting = None, waiting, 0
+            if count:
+                woke = True
+                take(count)
         elif kind == 1:  # a window's audio reaches the listener
             listener.hear(item, now)
             planner.delivered(item, now)
@@ -149,6 +183,47 @@ def test_a_slow_decoder_is_no_worse_than_the_ramp(rate_x, cost_x):
     _, first, gaps = simulate(rate_x, 60, STEP_S * cost_x)
     _, ramp_first, ramp_gaps = simulate_ramp(rate_x, 60, STEP_S * cost_x)
     assert first == pytest.approx(ramp_first) and gaps <= ramp_gaps + 1e-9
+
+
+@pytest.mark.parametrize("rate_x", [0.7, 0.9, 1.0, 1.2, 2.0])
+@pytest.mark.parametrize("cost", [0.003 / 6, COST])
+def test_parking_between_needed_tokens_changes_no_window(rate_x, cost):
+    """A producer that parks until its next window can be complete (woken a tick early,
+    never after the listener's buffer minus two ticks and a decode) takes far fewer deltas
+    at about real time, and every window is the same, at the same time."""
+    eager, eager_first, eager_gaps = simulate(rate_x, 120, cost)
+    pulls: list[int] = []
+    parked, first, gaps = simulate(rate_x, 120, cost, tick_s=0.01, pulls=pulls)
+    assert parked == eager and first == eager_first and gaps == pytest.approx(eager_gaps)
+    assert sum(pulls) == 120
+    pulls.clear()
+    parked, first, gaps = simulate(rate_x, 120, cost, tick_s=0.01, pulls=pulls,
+                                   tokens_per_step=7)
+    assert parked == eager and first == eager_first and gaps == pytest.approx(eager_gaps)
+    assert sum(pulls) == 7 * 120
+    if rate_x == 1.0:  # waiting for every token: parks most (dry listeners never park)
+        assert len(pulls) < 7 * 120 / 3
+
+
+def test_pull_at():
+    planner = AdaptivePlanner(OPTS, PacingOptions(), STEP_S, lambda n: 0.004)
+    for k in range(4):
+        planner.add(1, k * STEP_S)
+        assert planner.pull_at(k * STEP_S, 0.01) is None  # before first audio: every token
+    now = 4 * STEP_S
+    w = planner.next_window(now)
+    assert planner.pull_at(now, 0.01) is None  # still no audio delivered
+    planner.delivered(w, now + 0.004)
+    now += 0.005
+    at = planner.pull_at(now, 0.01)
+    # the next 2-step window needs steps 4 and 5 beyond the 4 there: 2 steps at 1x from the
+    # last arrival, a tick early; and the listener's 2 steps of audio, minus two ticks and
+    # a decode
+    due = 3 * STEP_S + 2 * STEP_S - 0.01
+    dry = now - 0.001 + 2 * STEP_S - 0.02 - 0.004
+    assert at == pytest.approx(min(due, dry))
+    planner.finish()
+    assert planner.pull_at(now, 0.01) is None  # the end: take it at once
 
 
 def test_below_real_time_rebuffers_instead_of_stuttering():

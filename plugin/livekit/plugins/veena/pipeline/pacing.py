@@ -43,6 +43,10 @@ BELOW_REAL_TIME = 0.97
 class PacingOptions:
     max_new: int = 32
     """Largest window, in new steps."""
+    pull_tick_ms: float = 10.0
+    """Once the listener has audio, a request's producer parks until shortly before its
+    next window can be decodable (woken on a shared tick of this length) instead of
+    waking for every token; 0: take every token as it comes."""
     rebuffer_ms: float = 250.0
     """After the listener ran dry: the least audio the next window brings."""
     margin: float = 0.8
@@ -53,6 +57,7 @@ class PacingOptions:
         check_int("max_new", self.max_new, 1, 4096)
         check_float("rebuffer_ms", self.rebuffer_ms, 0.0, 10_000.0)
         check_float("margin", self.margin, 0.0, 1.0, lo_open=True)
+        check_float("pull_tick_ms", self.pull_tick_ms, 0.0, 1000.0)
         return self
 
 
@@ -87,6 +92,8 @@ class AdaptivePlanner:
         self.play_end = 0.0
         """When the listener runs out of audio (it plays what it has, pauses when dry)."""
         self.dry = False
+        self.undelivered_s = 0.0
+        """Audio of windows taken but not yet delivered (decoding)."""
         self._arrivals: collections.deque[tuple[float, int]] = collections.deque(maxlen=48)
         self._recheck_at: float | None = None
 
@@ -101,6 +108,7 @@ class AdaptivePlanner:
     def delivered(self, window: Window, now: float) -> None:
         """``window``'s audio reached the listener at ``now``."""
         duration = (window.keep_end - window.keep_start) * self.step_s
+        self.undelivered_s = max(0.0, self.undelivered_s - duration)
         if self.first_audio_at is None:
             self.first_audio_at, self.play_end = now, now + duration
             return
@@ -228,6 +236,31 @@ class AdaptivePlanner:
             return None
         return self._take(size, end)
 
+    def pull_at(self, now: float, tick_s: float) -> float | None:
+        """When the producer must next take tokens, or None for now (the caller parks until
+        then instead of waking for each token). Tokens matter again when the smallest next
+        window may be complete at the measured rate from the last arrival, a tick early; and never later than two
+        ticks plus that window's decode before the listener would run dry, counting the
+        audio still decoding as delivered after that decode (were it later, the listener's
+        audio would end later too, so the wake is still early). Before first audio, at the
+        end of the request, or with no rate measured yet: now."""
+        if self.first_audio_at is None or self.final:
+            return None
+        rate = self.token_rate()
+        if not rate:
+            return None
+        first, right = self.sizes[0], self.window.right
+        need = self.kept + first + right - self.available
+        if need <= 0:
+            return None
+        cost = self._cost(self.window.left + first + right) or 0.0
+        play_end = self.play_end
+        if self.undelivered_s:
+            play_end = max(play_end, now + cost) + self.undelivered_s
+        due = self._arrivals[-1][0] + need / rate  # the rate runs from the last arrival
+        at = min(due - tick_s, play_end - 2 * tick_s - cost)
+        return at if at > now + tick_s else None
+
     def recheck_at(self) -> float | None:
         """After ``next_window`` returned None: when its answer can change with no new step
         (a window decodable now was held back for a larger one, and the buffer drains), or
@@ -239,6 +272,7 @@ class AdaptivePlanner:
     def _take(self, size: int, end: int) -> Window:
         w = Window(max(0, self.kept - self.window.left), end, self.kept, self.kept + size)
         self.kept += size
+        self.undelivered_s += size * self.step_s
         self.dry = False
         self._recheck_at = None
         return w

@@ -26,6 +26,7 @@ from ..models.profiles import (
     resolve_profile,
 )
 from ..settings import env_bool, env_float, env_int, env_str
+from .alarm import SharedAlarm
 from .chunking import ChunkerOptions, chunk_text
 from .engine import EngineOptions, SamplingOptions, VllmEngine
 from .engine_options import draw_seed
@@ -99,6 +100,7 @@ class PipelineOptions:
                 max_new=env_int(f"{prefix}_MAX", d.max_new),
                 rebuffer_ms=env_float("VEENA_REBUFFER_MS", d.rebuffer_ms),
                 margin=env_float("VEENA_WINDOW_MARGIN", d.margin),
+                pull_tick_ms=env_float("VEENA_PULL_TICK_MS", d.pull_tick_ms),
             ).validate()
 
         return cls(
@@ -156,6 +158,8 @@ class Pipeline:
         self.family: ModelFamily = family_for(profile)
         self.window = self.family.default_window(options)
         self.pacing = self.family.default_pacing(options)
+        self.alarm = (SharedAlarm(self.pacing.pull_tick_ms / 1000.0)
+                      if options.adaptive_windows and self.pacing.pull_tick_ms > 0 else None)
         self._table: TokenTable | None = None
         self.codec_model: str | None = None
         """Where the codec was loaded from (``from_model``): its speaker encoder lives there."""

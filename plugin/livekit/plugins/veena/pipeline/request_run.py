@@ -22,6 +22,7 @@ from typing import Any, AsyncIterator, Protocol
 import numpy as np
 
 from ..codecs.base import Codec
+from .alarm import SharedAlarm
 from .engine import EngineError, SamplingOptions, VllmEngine
 from .pacing import AdaptivePlanner, PacingOptions
 from .parsing import TokenTable
@@ -54,6 +55,8 @@ class RunHost(Protocol):
     """``adaptive_windows`` and ``crossfade_ms``."""
     window: WindowOptions
     pacing: PacingOptions
+    alarm: SharedAlarm | None
+    """Where producers park between the tokens they need (None: they take every token)."""
 
     @property
     def table(self) -> TokenTable: ...
@@ -265,6 +268,7 @@ class RequestRun:
         syn.vllm_request_ids.append(request_id)
         self.awaiting_tokens = True
         track, stats = self.track, self.track.stats
+        planner, alarm, woke = self.planner, self._p.alarm, False
         capturing = syn.speaker_globals is None and self._p.family.has_speaker_globals
         gen = self._p.engine.generate(prompt, sampling, request_id)
         async with contextlib.aclosing(gen):
@@ -284,3 +288,11 @@ class RequestRun:
                     self._steps_arrived(new)
                 if stats.stopped:
                     break
+                if woke:  # what waited is stamped with the wake's time, not its arrival's:
+                    woke = False  # park again only after a token seen as it arrived
+                elif planner is not None and alarm is not None:
+                    # park until tokens matter again: vLLM merges what arrives meanwhile
+                    at = planner.pull_at(time.monotonic(), alarm.tick_s)
+                    if at is not None:
+                        await alarm.sleep_until(at)
+                        woke = True

@@ -1,0 +1,203 @@
+"""Producers park between the tokens they need (``pipeline/alarm.py``, ``pacing.pull_at``).
+
+The planner-side rule is proven on a virtual clock in ``test_pacing.py`` (same windows, same
+times, a third of the pulls at real time). Here: the shared alarm's own contract, and the
+product's ``VllmEngine`` and ``Pipeline`` over an ``AsyncLLM``-shaped engine that merges
+what a parked consumer has not taken (as vLLM's output collector does): every token still
+arrives, in order, and a stream cancelled while parked aborts its engine request."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.alarm import SharedAlarm
+from livekit.plugins.veena.pipeline.engine import EngineDeadError, EngineOptions, VllmEngine
+from livekit.plugins.veena.pipeline.pacing import PacingOptions
+from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+
+from .server.fakes import SilentCodec
+
+STEP_S = 2048 / 24000
+
+
+# -- the alarm --------------------------------------------------------------------------------
+
+async def test_sleepers_of_one_tick_share_one_timer_and_all_wake():
+    alarm = SharedAlarm(0.05)
+    loop = asyncio.get_running_loop()
+    start = (int(loop.time() / 0.05) + 3) * 0.05  # a tick boundary 100-150 ms from now
+    offset = time.monotonic() - loop.time()
+    sleepers = [asyncio.create_task(alarm.sleep_until(start + offset + 0.001 + i * 0.0004))
+                for i in range(50)]
+    await asyncio.sleep(0)
+    assert alarm.sleeping == 50 and len(alarm._ticks) == 1
+    await asyncio.gather(*sleepers)
+    assert alarm.sleeping == 0
+
+
+async def test_a_cancelled_sleeper_leaves_the_others_alone():
+    alarm = SharedAlarm(0.05)
+    when = time.monotonic() + 0.2
+    a = asyncio.create_task(alarm.sleep_until(when))
+    b = asyncio.create_task(alarm.sleep_until(when))
+    await asyncio.sleep(0)
+    a.cancel()
+    await b
+    assert a.cancelled() and b.done() and not b.cancelled()
+
+
+async def test_a_time_already_in_its_tick_returns_at_once():
+    alarm = SharedAlarm(10.0)
+    await alarm.sleep_until(time.monotonic() - 1.0)
+    assert alarm.sleeping == 0
+
+
+def test_tick_checked():
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError):
+            SharedAlarm(bad)
+    with pytest.raises(ValueError):
+        PacingOptions(pull_tick_ms=float("nan")).validate()
+    with pytest.raises(ValueError):
+        PacingOptions(pull_tick_ms=-1.0).validate()
+
+
+# -- through the product's engine wrapper and pipeline ----------------------------------------
+
+@dataclass
+class _Completion:
+    token_ids: list[int]
+
+
+@dataclass
+class _Output:
+    outputs: list[_Completion]
+    finished: bool
+
+
+class MergingLLM:
+    """``AsyncLLM``'s shape: one step every ``STEP_S / 7`` s gives each request its next
+    token (a SNAC code that depends on its position only); a consumer that is not waiting
+    gets what piled up as one merged output, as vLLM's collector does with DELTA outputs."""
+
+    def __init__(self, frames: int) -> None:
+        self.tokens = frames * 7
+        self.errored = False
+        self.aborted: list[str] = []
+        self.live: set[str] = set()
+        self.outputs_taken = 0
+
+    async def generate(self, prompt, params, request_id: str):
+        self.live.add(request_id)
+        start, made = time.monotonic(), 0
+        try:
+            while made < self.tokens:
+                due = min(self.tokens, int((time.monotonic() - start) / (STEP_S / 7)))
+                if due > made:
+                    ids = [VEENA.audio_token_base + (k % 7) * 4096 + (k * 7919) % 4096
+                           for k in range(made, due)]
+                    made = due
+                    self.outputs_taken += 1
+                    yield _Output([_Completion(ids)], made >= self.tokens)
+                else:
+                    await asyncio.sleep(STEP_S / 7 / 2)
+        finally:
+            self.live.discard(request_id)
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.live)
+
+    def shutdown(self) -> None:
+        pass
+
+
+class _Tokenizer:
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [1 + b % 250 for b in text.encode()]
+
+
+def _pipeline(llm: MergingLLM, tick_ms: float) -> Pipeline:
+    engine = VllmEngine(EngineOptions(model="merging", max_model_len=1 << 20))
+    engine._llm, engine._tokenizer = llm, _Tokenizer()
+    options = PipelineOptions(snac_pacing=PacingOptions(max_new=32, pull_tick_ms=tick_ms))
+    return Pipeline(engine, SilentCodec(), VEENA, options)
+
+
+@pytest.mark.parametrize("tick_ms", [0.0, 10.0])
+async def test_every_token_arrives_in_order_whether_parked_or_not(tick_ms):
+    llm = MergingLLM(frames=24)
+    p = _pipeline(llm, tick_ms)
+    assert (p.alarm is None) == (tick_ms == 0)
+    await p.start()
+    try:
+        syn = p.synthesize("Hello there.", seed=1)
+        audio = await syn.collect()
+        expected = [[(k * 7919) % 4096 for k in range(f * 7, f * 7 + 7)] for f in range(24)]
+        assert [list(map(int, s)) for s in syn.tracks[0].steps] == expected
+        assert len(audio) == 24 * 2048
+        assert syn.timings.tokens == 24 * 7
+        assert llm.get_num_unfinished_requests() == 0 and llm.aborted == []
+    finally:
+        await p.aclose()
+
+
+async def _until_parked(p: Pipeline, task: asyncio.Task) -> None:
+    """Until the stream's producer parks on the alarm. It parks once its listener holds
+    more than two ticks and a decode of audio, so only a loop that lagged past that at every
+    window of a 17 s stream keeps it from parking: say so rather than hang."""
+    while p.alarm.sleeping == 0:
+        if task.done():
+            pytest.skip("the producer never parked: the event loop lagged at every window")
+        await asyncio.sleep(0.005)
+
+
+async def test_engine_death_while_parked_ends_the_stream_with_engine_dead():
+    llm = MergingLLM(frames=200)
+    p = _pipeline(llm, 10.0)
+    await p.start()
+    try:
+        syn = p.synthesize("Hello there, this goes on for a while.", seed=3)
+
+        async def listen():
+            async for _ in syn:
+                pass
+
+        task = asyncio.create_task(listen())
+        await _until_parked(p, task)
+        p.engine.mark_dead("test: the engine core exited")
+        with pytest.raises(EngineDeadError):
+            await task
+        assert llm.get_num_unfinished_requests() == 0
+    finally:
+        await p.aclose()
+
+
+async def test_a_stream_cancelled_while_parked_aborts_its_request():
+    llm = MergingLLM(frames=200)
+    p = _pipeline(llm, 10.0)
+    await p.start()
+    try:
+        syn = p.synthesize("Hello there, this goes on for a while.", seed=2)
+
+        async def listen():
+            async for _ in syn:
+                pass
+
+        task = asyncio.create_task(listen())
+        await _until_parked(p, task)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)
+        assert llm.aborted == [syn.request_id]
+        assert llm.get_num_unfinished_requests() == 0
+    finally:
+        await p.aclose()
