@@ -9,21 +9,22 @@ arrives, in order, and a stream cancelled while parked aborts its engine request
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
-from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.alarm import SharedAlarm
-from livekit.plugins.veena.pipeline.engine import EngineDeadError, EngineOptions, VllmEngine
+from livekit.plugins.veena.pipeline.engine import EngineDeadError
 from livekit.plugins.veena.pipeline.pacing import PacingOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
 from .server.fakes import SilentCodec
 
-STEP_S = 2048 / 24000
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from _fake_async_llm import FakeAsyncLLM, fake_vllm_engine  # noqa: E402
 
 # -- the alarm --------------------------------------------------------------------------------
 
@@ -69,66 +70,28 @@ def test_tick_checked():
 
 # -- through the product's engine wrapper and pipeline ----------------------------------------
 
-@dataclass
-class _Completion:
-    token_ids: list[int]
-
-
-@dataclass
-class _Output:
-    outputs: list[_Completion]
-    finished: bool
-
-
-class MergingLLM:
-    """``AsyncLLM``'s shape: one step every ``STEP_S / 7`` s gives each request its next
-    token (a SNAC code that depends on its position only); a consumer that is not waiting
-    gets what piled up as one merged output, as vLLM's collector does with DELTA outputs."""
+class MergingLLM(FakeAsyncLLM):
+    """The control-plane benchmark's fake ``AsyncLLM`` (one step for every request at 82
+    steps/s, a consumer that is not waiting gets what piled up as one merged output, as
+    vLLM's collector does with DELTA outputs), recording aborts."""
 
     def __init__(self, frames: int) -> None:
-        self.tokens = frames * 7
-        self.errored = False
+        super().__init__(frames)
         self.aborted: list[str] = []
-        self.live: set[str] = set()
-        self.outputs_taken = 0
-
-    async def generate(self, prompt, params, request_id: str):
-        self.live.add(request_id)
-        start, made = time.monotonic(), 0
-        try:
-            while made < self.tokens:
-                due = min(self.tokens, int((time.monotonic() - start) / (STEP_S / 7)))
-                if due > made:
-                    ids = [VEENA.audio_token_base + (k % 7) * 4096 + (k * 7919) % 4096
-                           for k in range(made, due)]
-                    made = due
-                    self.outputs_taken += 1
-                    yield _Output([_Completion(ids)], made >= self.tokens)
-                else:
-                    await asyncio.sleep(STEP_S / 7 / 2)
-        finally:
-            self.live.discard(request_id)
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)
-
-    def get_num_unfinished_requests(self) -> int:
-        return len(self.live)
-
-    def shutdown(self) -> None:
-        pass
-
-
-class _Tokenizer:
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return [1 + b % 250 for b in text.encode()]
+        await super().abort(request_id)
 
 
 def _pipeline(llm: MergingLLM, tick_ms: float) -> Pipeline:
-    engine = VllmEngine(EngineOptions(model="merging", max_model_len=1 << 20))
-    engine._llm, engine._tokenizer = llm, _Tokenizer()
     options = PipelineOptions(snac_pacing=PacingOptions(max_new=32, pull_tick_ms=tick_ms))
-    return Pipeline(engine, SilentCodec(), VEENA, options)
+    return Pipeline(fake_vllm_engine(llm, max_num_seqs=4), SilentCodec(), VEENA, options)
+
+
+def _expected_codes(frames: int) -> list[list[int]]:
+    """What ``FakeAsyncLLM`` generates: a code that depends on its position only."""
+    return [[(k * 7919 + 13) % 4096 for k in range(f * 7, f * 7 + 7)] for f in range(frames)]
 
 
 @pytest.mark.parametrize("tick_ms", [0.0, 10.0])
@@ -140,8 +103,7 @@ async def test_every_token_arrives_in_order_whether_parked_or_not(tick_ms):
     try:
         syn = p.synthesize("Hello there.", seed=1)
         audio = await syn.collect()
-        expected = [[(k * 7919) % 4096 for k in range(f * 7, f * 7 + 7)] for f in range(24)]
-        assert [list(map(int, s)) for s in syn.tracks[0].steps] == expected
+        assert [list(map(int, s)) for s in syn.tracks[0].steps] == _expected_codes(24)
         assert len(audio) == 24 * 2048
         assert syn.timings.tokens == 24 * 7
         assert llm.get_num_unfinished_requests() == 0 and llm.aborted == []
@@ -149,55 +111,43 @@ async def test_every_token_arrives_in_order_whether_parked_or_not(tick_ms):
         await p.aclose()
 
 
-async def _until_parked(p: Pipeline, task: asyncio.Task) -> None:
-    """Until the stream's producer parks on the alarm. It parks once its listener holds
-    more than two ticks and a decode of audio, so only a loop that lagged past that at every
-    window of a 17 s stream keeps it from parking: say so rather than hang."""
+async def _parked_stream(p: Pipeline, seed: int):
+    """A long stream heard by a task, once its producer has parked on the alarm. It parks
+    once its listener holds more than two ticks and a decode of audio, so only a loop that
+    lagged past that at every window of a 17 s stream keeps it from parking: say so rather
+    than hang."""
+    syn = p.synthesize("Hello there, this goes on for a while.", seed=seed)
+
+    async def listen():
+        async for _ in syn:
+            pass
+
+    task = asyncio.create_task(listen())
     while p.alarm.sleeping == 0:
         if task.done():
             pytest.skip("the producer never parked: the event loop lagged at every window")
         await asyncio.sleep(0.005)
+    return syn, task
 
 
-async def test_engine_death_while_parked_ends_the_stream_with_engine_dead():
+@pytest.mark.parametrize("end", ["cancelled", "engine_dead"])
+async def test_a_stream_ended_while_parked_frees_its_request(end):
+    """Cancelled: its vLLM request is aborted. The engine dead: the stream fails with
+    ``EngineDeadError`` as soon as the producer wakes. Either way nothing stays in vLLM."""
     llm = MergingLLM(frames=200)
     p = _pipeline(llm, 10.0)
     await p.start()
     try:
-        syn = p.synthesize("Hello there, this goes on for a while.", seed=3)
-
-        async def listen():
-            async for _ in syn:
-                pass
-
-        task = asyncio.create_task(listen())
-        await _until_parked(p, task)
-        p.engine.mark_dead("test: the engine core exited")
-        with pytest.raises(EngineDeadError):
-            await task
-        assert llm.get_num_unfinished_requests() == 0
-    finally:
-        await p.aclose()
-
-
-async def test_a_stream_cancelled_while_parked_aborts_its_request():
-    llm = MergingLLM(frames=200)
-    p = _pipeline(llm, 10.0)
-    await p.start()
-    try:
-        syn = p.synthesize("Hello there, this goes on for a while.", seed=2)
-
-        async def listen():
-            async for _ in syn:
-                pass
-
-        task = asyncio.create_task(listen())
-        await _until_parked(p, task)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await asyncio.sleep(0)
-        assert llm.aborted == [syn.request_id]
+        syn, task = await _parked_stream(p, 2)
+        if end == "cancelled":
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert llm.aborted == [syn.request_id]
+        else:
+            p.engine.mark_dead("test: the engine core exited")
+            with pytest.raises(EngineDeadError):
+                await task
         assert llm.get_num_unfinished_requests() == 0
     finally:
         await p.aclose()
