@@ -18,7 +18,9 @@ class SharedAlarm:
         if not tick_s > 0:
             raise ValueError("tick_s must be > 0")
         self.tick_s = tick_s
-        self._ticks: dict[int, list[asyncio.Future]] = {}
+        self._ticks: dict[tuple[int, int], list[asyncio.Future]] = {}
+        """(event loop, tick) -> its sleepers: a pipeline used from two loops never wakes
+        one loop's sleepers from the other."""
 
     async def sleep_until(self, when: float) -> None:
         """Sleep until about ``when`` (``time.monotonic`` clock): woken at the start of its
@@ -28,16 +30,17 @@ class SharedAlarm:
         tick = math.floor(at / self.tick_s)
         if tick * self.tick_s <= loop.time():
             return
-        sleepers = self._ticks.get(tick)
+        key = (id(loop), tick)
+        sleepers = self._ticks.get(key)
         if sleepers is None:
-            sleepers = self._ticks[tick] = []
-            loop.call_at(tick * self.tick_s, self._ring, tick)
+            sleepers = self._ticks[key] = []
+            loop.call_at(tick * self.tick_s, self._ring, key)
         fut = loop.create_future()
         sleepers.append(fut)
         await fut
 
-    def _ring(self, tick: int) -> None:
-        for fut in self._ticks.pop(tick, ()):
+    def _ring(self, key: tuple[int, int]) -> None:
+        for fut in self._ticks.pop(key, ()):
             if not fut.done():
                 fut.set_result(None)
 
