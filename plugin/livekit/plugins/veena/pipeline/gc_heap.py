@@ -19,6 +19,7 @@ import time
 
 logger = logging.getLogger(__name__)
 
+
 def freeze_startup_heap() -> None:
     """Collect once, then freeze every object alive now. Called when a pipeline has started
     (engine, codec, tokenizer and token table loaded); a second pipeline's start freezes what

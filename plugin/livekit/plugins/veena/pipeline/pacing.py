@@ -92,8 +92,8 @@ class AdaptivePlanner:
         self.play_end = 0.0
         """When the listener runs out of audio (it plays what it has, pauses when dry)."""
         self.dry = False
-        self.undelivered_s = 0.0
-        """Audio of windows taken but not yet delivered (decoding)."""
+        self.delivered_steps = 0
+        """Steps whose audio reached the listener (``kept`` less these: still decoding)."""
         self._arrivals: collections.deque[tuple[float, int]] = collections.deque(maxlen=48)
         self._recheck_at: float | None = None
 
@@ -108,7 +108,7 @@ class AdaptivePlanner:
     def delivered(self, window: Window, now: float) -> None:
         """``window``'s audio reached the listener at ``now``."""
         duration = (window.keep_end - window.keep_start) * self.step_s
-        self.undelivered_s = max(0.0, self.undelivered_s - duration)
+        self.delivered_steps += window.keep_end - window.keep_start
         if self.first_audio_at is None:
             self.first_audio_at, self.play_end = now, now + duration
             return
@@ -239,11 +239,11 @@ class AdaptivePlanner:
     def pull_at(self, now: float, tick_s: float) -> float | None:
         """When the producer must next take tokens, or None for now (the caller parks until
         then instead of waking for each token). Tokens matter again when the smallest next
-        window may be complete at the measured rate from the last arrival, a tick early; and never later than two
-        ticks plus that window's decode before the listener would run dry, counting the
-        audio still decoding as delivered after that decode (were it later, the listener's
-        audio would end later too, so the wake is still early). Before first audio, at the
-        end of the request, or with no rate measured yet: now."""
+        window may be complete at the measured rate from the last arrival, a tick early;
+        and never later than two ticks plus that window's decode before the listener would
+        run dry, counting the audio still decoding as delivered after that decode (were it
+        later, the listener's audio would end later too, so the wake is still early). Before
+        first audio, at the end of the request, or with no rate measured yet: now."""
         if self.first_audio_at is None or self.final:
             return None
         rate = self.token_rate()
@@ -255,8 +255,8 @@ class AdaptivePlanner:
             return None
         cost = self._cost(self.window.left + first + right) or 0.0
         play_end = self.play_end
-        if self.undelivered_s:
-            play_end = max(play_end, now + cost) + self.undelivered_s
+        if self.kept > self.delivered_steps:
+            play_end = max(play_end, now + cost) + (self.kept - self.delivered_steps) * self.step_s
         due = self._arrivals[-1][0] + need / rate  # the rate runs from the last arrival
         at = min(due - tick_s, play_end - 2 * tick_s - cost)
         return at if at > now + tick_s else None
@@ -272,7 +272,6 @@ class AdaptivePlanner:
     def _take(self, size: int, end: int) -> Window:
         w = Window(max(0, self.kept - self.window.left), end, self.kept, self.kept + size)
         self.kept += size
-        self.undelivered_s += size * self.step_s
         self.dry = False
         self._recheck_at = None
         return w

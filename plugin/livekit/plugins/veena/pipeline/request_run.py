@@ -274,7 +274,7 @@ class RequestRun:
         async with contextlib.aclosing(gen):
             async for ids in gen:  # once per token per request: keep this loop lean
                 self.awaiting_tokens = False
-                self.last_progress = time.monotonic()
+                self._moved()
                 now = time.perf_counter()
                 if timings.first_token is None:
                     timings.first_token = now
