@@ -226,6 +226,29 @@ def test_pull_at():
     assert planner.pull_at(now, 0.01) is None  # the end: take it at once
 
 
+def test_pull_at_counts_audio_still_decoding():
+    """A window in the decoder counts as the listener's once decoded: the wake is bounded by
+    the listener's audio including it, and here that bound comes before the tokens do."""
+    planner = AdaptivePlanner(OPTS, PacingOptions(), STEP_S, lambda n: 0.004)
+    for k in range(4):
+        planner.add(1, k * STEP_S)
+    first = planner.next_window(3 * STEP_S)
+    planner.delivered(first, 3 * STEP_S + 0.004)  # the listener holds steps 0-1 until 5S
+    for k in (4, 5):
+        planner.add(1, k * STEP_S)
+    now = 5 * STEP_S + 0.001
+    second = planner.next_window(now)
+    assert (second.keep_start, second.keep_end) == (2, 4)  # decoding, not yet delivered
+    at = planner.pull_at(now, 0.01)
+    # listener: steps 0-1 until 5S + 4 ms, then steps 2-3 once decoded: 7S + 5 ms; less two
+    # ticks and a decode. Tokens for the next window: 2 steps from the last arrival (5S).
+    dry = 7 * STEP_S + 0.005 - 0.02 - 0.004
+    due = 7 * STEP_S - 0.01
+    assert dry < due and at == pytest.approx(dry)
+    planner.delivered(second, now + 0.004)  # decoded as expected: the same wake as before
+    assert planner.pull_at(now + 0.004, 0.01) == pytest.approx(at)
+
+
 def test_below_real_time_rebuffers_instead_of_stuttering():
     windows, _, gaps = simulate(0.8, 120, COST, pacing=PacingOptions(rebuffer_ms=500))
     assert gaps > 0  # a 0.8x stream must pause somewhere
