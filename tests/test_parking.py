@@ -31,7 +31,7 @@ from _fake_async_llm import FakeAsyncLLM, fake_vllm_engine  # noqa: E402
 async def test_sleepers_of_one_tick_share_one_timer_and_all_wake():
     alarm = SharedAlarm(0.05)
     loop = asyncio.get_running_loop()
-    start = (int(loop.time() / 0.05) + 3) * 0.05  # a tick boundary 100-150 ms from now
+    start = (int(loop.time() / 0.05) + 20) * 0.05  # a tick boundary about 1 s from now
     offset = time.monotonic() - loop.time()
     sleepers = [asyncio.create_task(alarm.sleep_until(start + offset + 0.001 + i * 0.0004))
                 for i in range(50)]
