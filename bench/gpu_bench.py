@@ -5,9 +5,9 @@ Real-size random weights: a Llama-3B-shaped model with Veena's vocabulary served
 ``Pipeline`` (engine, request runs, planner, decode scheduler, codec, stitcher). Random
 weights do not follow the SNAC grammar, so this benchmark registers one extra model family
 (``any_token``: every 7 generated ids are one frame, code = id mod 4096) through the family
-seam; everything else is the shipped code path. Reports first audio at 1/16/64 streams and
-the largest number of concurrent streams that all stay real time (p95 per-stream wall/audio
-<= 1).
+seam; everything else is the shipped code path. Reports host CPU per codec call with and
+without CUDA graphs, first audio at 1/16/64 streams and the largest number of concurrent
+streams that all stay real time (p95 per-stream wall/audio <= 1).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from _common import report, setup
+from _common import logger, report, setup
 
+from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.snac import SnacCodec
 from livekit.plugins.veena.models.families import register_family
 from livekit.plugins.veena.models.families.snac import SnacFamily, SnacTrack
@@ -107,6 +108,45 @@ async def level(pipeline: Pipeline, streams: int, tokens: int) -> dict:
             "mean_decode_batch": sum(k * v for k, v in sizes.items()) / max(1, sum(sizes.values()))}
 
 
+def codec_call_cost(device: str, calls: int, frames_list: Sequence[int],
+                    batches: Sequence[int]) -> list[dict]:
+    """Host CPU per SNAC decode call (this thread's CPU time from the call until it returns,
+    without waiting for the GPU), eager and replayed from CUDA graphs, per window size and
+    batch, with the largest difference between the two decodes (#21). Graphs are off on CPU,
+    so there both columns are eager."""
+    rng = np.random.default_rng(0)
+    codecs = {"eager": SnacCodec.random(seed=1, device=device),
+              "graphs": SnacCodec.random(seed=1, device=device, cuda_graphs=True)}
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    rows = []
+    for frames in frames_list:
+        for n in batches:
+            batch = [CodecInput(rng.integers(0, 4096, (frames, 7)), start_step=i, seed=i)
+                     for i in range(n)]
+            row: dict[str, Any] = {"window_frames": frames, "batch": n}
+            audio = {}
+            for label, codec in codecs.items():
+                audio[label] = np.stack(codec.decode(batch))  # warm up; captures a graph
+                with torch.inference_mode():
+                    call, inputs = codec.batch_call(batch)
+                    cpu = wall = 0.0
+                    for _ in range(calls):
+                        sync()
+                        c0, t0 = time.thread_time(), time.perf_counter()
+                        call(*inputs)
+                        cpu += time.thread_time() - c0
+                        sync()
+                        wall += time.perf_counter() - t0
+                row[f"{label}_host_cpu_ms"] = 1e3 * cpu / calls
+                row[f"{label}_wall_ms"] = 1e3 * wall / calls
+            row["host_cpu_ratio"] = row["graphs_host_cpu_ms"] / row["eager_host_cpu_ms"]
+            row["max_abs_diff"] = float(np.abs(audio["graphs"] - audio["eager"]).max())
+            rows.append(row)
+    graphs = codecs["graphs"].graphs
+    logger.info("codec graphs: %s", graphs.stats if graphs is not None else "off (not CUDA)")
+    return rows
+
+
 async def amain(args) -> None:
     cuda = torch.cuda.is_available() and not args.small
     device = "cuda" if cuda else "cpu"
@@ -120,7 +160,11 @@ async def amain(args) -> None:
         make_tiny_model(workdir, "veena")
         eopts = EngineOptions.from_env(str(workdir), max_model_len=1024, max_num_seqs=8)
         levels, tokens = [1, 2], 70
-    codec = SnacCodec.random(device=device)
+    report("gpu_codec_calls" if cuda else "gpu_codec_calls_cpu_small",
+           codec_call_cost(device, calls=20, frames_list=(6, 12, 36), batches=(1, 16, 64))
+           if cuda else codec_call_cost(device, calls=2, frames_list=(6,), batches=(1, 2)),
+           {"device": torch.cuda.get_device_name() if cuda else "cpu (small sizes)"})
+    codec = SnacCodec.random(device=device, cuda_graphs=True)
     pipeline = Pipeline(VllmEngine(eopts), codec, PROFILE,
                         PipelineOptions(codec_device=device,
                                         scheduler=SchedulerOptions(max_batch=64, max_wait_ms=2.0)))

@@ -58,6 +58,9 @@ def test_gpu_script_runs_on_cpu():
     _run("bash", "bench/gpu.sh", "--small", "--budget-s", "60", timeout=400)
     rows = _rows("gpu_cpu_small")
     assert rows and rows[0]["streams"] == 1 and rows[0]["first_audio_p50_ms"] > 0
+    calls = _rows("gpu_codec_calls_cpu_small")
+    assert [(r["window_frames"], r["batch"]) for r in calls] == [(6, 1), (6, 2)]
+    assert all(r["eager_host_cpu_ms"] > 0 and r["max_abs_diff"] == 0 for r in calls)
 
 
 def test_gpu_model_config_is_llama_3b_shaped(tmp_path, monkeypatch):

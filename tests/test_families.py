@@ -88,7 +88,8 @@ class ToyFamily(ModelFamily):
     def default_window(self, options) -> WindowOptions:
         return WindowOptions(first=3, new=5, left=1, right=1)
 
-    def load_codec(self, codec_model: str, device: str) -> ToyCodec:
+    def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False
+                   ) -> ToyCodec:
         return ToyCodec()
 
     def token_table(self, tokenizer) -> TokenTable:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from .base import CodecInput
 from .bicodec_model import DEFAULT_CONFIG, BiCodecDecoder
+from .cuda_graphs import batch_bucket, graphed_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +50,20 @@ class BiCodecCodec:
     sample_rate = 16000
     samples_per_step = 320
 
-    def __init__(self, model: BiCodecDecoder, *, device: str = "cpu") -> None:
+    def __init__(self, model: BiCodecDecoder, *, device: str = "cpu", cuda_graphs: bool = False,
+                 max_graph_batch: int = 64) -> None:
+        """``cuda_graphs``: replay the decoder from a CUDA graph per (padded batch, window
+        size) when ``device`` is CUDA (see ``cuda_graphs``)."""
         self.model = model.to(device).eval().float()
         self.device = torch.device(device)
         self.samples_per_step = model.decoder.hop
+        self._max_graph_batch = max_graph_batch
+        self.graphs = graphed_or_none(self._decode_tensors, self.device, cuda_graphs,
+                                      name="bicodec")
 
     @classmethod
-    def load(cls, model_dir: str, *, device: str = "cpu") -> "BiCodecCodec":
+    def load(cls, model_dir: str, *, device: str = "cpu", cuda_graphs: bool = False
+             ) -> "BiCodecCodec":
         """Load the official layout: ``model_dir/config.yaml`` + ``model_dir/model.safetensors``
         (``BiCodec/`` inside a Spark-TTS checkpoint; a hub id is downloaded first)."""
         import yaml
@@ -70,22 +78,38 @@ class BiCodecCodec:
         if missing:
             raise ValueError(f"BiCodec checkpoint {path} lacks decoder tensors: {missing[:5]}")
         logger.info("loaded BiCodec decoder", extra={"codec_model": str(path), "device": device})
-        return cls(model, device=device)
+        return cls(model, device=device, cuda_graphs=cuda_graphs)
 
     @classmethod
-    def random(cls, *, seed: int = 0, device: str = "cpu", config: dict | None = None) -> "BiCodecCodec":
+    def random(cls, *, seed: int = 0, device: str = "cpu", config: dict | None = None,
+               cuda_graphs: bool = False) -> "BiCodecCodec":
         torch.manual_seed(seed)
-        return cls(BiCodecDecoder(config), device=device)
+        return cls(BiCodecDecoder(config), device=device, cuda_graphs=cuda_graphs)
+
+    def _decode_tensors(self, semantic: torch.Tensor, speaker: torch.Tensor) -> torch.Tensor:
+        return self.model.detokenize(semantic, speaker)[:, 0, :]
+
+    def batch_call(self, batch: Sequence[CodecInput]
+                   ) -> tuple[Callable[..., torch.Tensor], list[torch.Tensor]]:
+        """The decode call for ``batch`` and its device tensors: the graph's, with the batch
+        padded to its bucket, or the eager one. Audio rows past ``len(batch)`` are padding."""
+        n = len(batch)
+        rows = batch_bucket(n, self._max_graph_batch) if self.graphs is not None else None
+        call = self.graphs if rows is not None else self._decode_tensors
+        rows = rows or n
+        semantic = np.zeros((rows, np.asarray(batch[0].codes).shape[0]), dtype=np.int64)
+        semantic[:n] = np.stack([np.asarray(b.codes) for b in batch])
+        speaker = np.zeros((rows, 32), dtype=np.int64)
+        speaker[:n] = np.stack([np.asarray(b.speaker) for b in batch])
+        return call, [torch.from_numpy(a).to(self.device) for a in (semantic, speaker)]
 
     @torch.inference_mode()
     def decode(self, batch: Sequence[CodecInput]) -> list[np.ndarray]:
         if not batch:
             return []
-        semantic = torch.from_numpy(np.stack([np.asarray(b.codes) for b in batch]).astype(np.int64))
-        speaker = torch.from_numpy(np.stack([np.asarray(b.speaker) for b in batch]).astype(np.int64))
-        audio = self.model.detokenize(semantic.to(self.device), speaker.to(self.device))
-        audio = audio[:, 0, :].float().cpu().numpy()
-        return [audio[i] for i in range(len(batch))]
+        call, inputs = self.batch_call(batch)
+        audio = call(*inputs)[: len(batch)].float().cpu().numpy()
+        return list(audio)
 
     def warmup(self) -> None:
         self.decode([CodecInput(codes=np.zeros(10, np.int64), start_step=0, seed=0,

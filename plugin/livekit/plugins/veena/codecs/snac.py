@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from .base import CodecInput
+from .cuda_graphs import batch_bucket, graphed_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,12 @@ class SnacCodec:
         device: str = "cpu",
         position_levels: Sequence[int] = (0, 1, 2, 2, 1, 2, 2),
         noise: bool = True,
+        cuda_graphs: bool = False,
+        max_graph_batch: int = 64,
     ) -> None:
+        """``cuda_graphs``: replay the decoder from a CUDA graph per (padded batch, window
+        size) when ``device`` is CUDA (see ``cuda_graphs``); batches above ``max_graph_batch``
+        decode eagerly."""
         self.model = model.to(device).eval().float()
         self.device = torch.device(device)
         self.sample_rate = int(model.sampling_rate)
@@ -110,6 +116,8 @@ class SnacCodec:
         self._keys = _NoiseKeys()
         self._keys.enabled = noise
         self._install_keyed_noise()
+        self._max_graph_batch = max_graph_batch
+        self.graphs = graphed_or_none(self._decode_tensors, self.device, cuda_graphs, name="snac")
 
     def _install_keyed_noise(self) -> None:
         from snac.layers import NoiseBlock
@@ -140,27 +148,42 @@ class SnacCodec:
     def _levels(self, frames: np.ndarray) -> list[np.ndarray]:
         return [frames[:, cols].reshape(-1) for cols in self._level_cols]
 
+    def _decode_tensors(self, seeds: torch.Tensor, start_steps: torch.Tensor,
+                        *codes: torch.Tensor) -> torch.Tensor:
+        """Codes per level [B, n] (on the device) -> audio [B, samples]; a pure function of
+        its tensors, so it can be captured as a CUDA graph."""
+        self._keys.seeds = seeds
+        self._keys.start_steps = start_steps
+        self._keys.steps = codes[0].shape[1] // len(self._level_cols[0])
+        return self.model.decode(list(codes))[:, 0, :]
+
+    def batch_call(self, batch: Sequence[CodecInput]
+                   ) -> tuple[Callable[..., torch.Tensor], list[torch.Tensor]]:
+        """The decode call for ``batch`` and its device tensors: the graph's, with the batch
+        padded to its bucket, or the eager one. Audio rows past ``len(batch)`` are padding."""
+        n = len(batch)
+        rows = batch_bucket(n, self._max_graph_batch) if self.graphs is not None else None
+        call = self.graphs if rows is not None else self._decode_tensors
+        rows = rows or n
+        per_item = [self._levels(np.asarray(item.codes)) for item in batch]
+        seeds = np.zeros(rows, dtype=np.int64)
+        seeds[:n] = [item.seed & _MASK31 for item in batch]
+        starts = np.zeros(rows, dtype=np.int64)
+        starts[:n] = [item.start_step for item in batch]
+        arrays = [seeds, starts]
+        for lv in range(len(self._level_cols)):
+            level = np.zeros((rows, per_item[0][lv].shape[0]), dtype=np.int64)
+            level[:n] = np.stack([levels[lv] for levels in per_item])
+            arrays.append(level)
+        return call, [torch.from_numpy(a).to(self.device) for a in arrays]
+
     @torch.inference_mode()
     def decode(self, batch: Sequence[CodecInput]) -> list[np.ndarray]:
         if not batch:
             return []
-        steps = batch[0].codes.shape[0]
-        per_item = [self._levels(np.asarray(item.codes)) for item in batch]
-        codes = [
-            torch.from_numpy(np.stack([levels[lv] for levels in per_item]).astype(np.int64)).to(
-                self.device
-            )
-            for lv in range(len(self._level_cols))
-        ]
-        self._keys.seeds = torch.tensor(
-            [item.seed & _MASK31 for item in batch], dtype=torch.int64, device=self.device
-        )
-        self._keys.start_steps = torch.tensor(
-            [item.start_step for item in batch], dtype=torch.int64, device=self.device
-        )
-        self._keys.steps = steps
-        audio = self.model.decode(codes)[:, 0, :].float().cpu().numpy()
-        return [audio[i] for i in range(len(batch))]
+        call, inputs = self.batch_call(batch)
+        audio = call(*inputs)[: len(batch)].float().cpu().numpy()
+        return list(audio)
 
     def warmup(self) -> None:
         frames = np.zeros((4, sum(len(c) for c in self._level_cols)), dtype=np.int64)

@@ -76,6 +76,9 @@ class PipelineOptions:
     crossfade_ms: float = 10.0
     scheduler: SchedulerOptions = SchedulerOptions()
     codec_device: str = "cpu"
+    codec_cuda_graphs: bool = True
+    """Where the codec runs on CUDA, replay its decoder from a CUDA graph per window shape
+    (``codecs.cuda_graphs``): one launch instead of hundreds of kernels per call."""
     torch_threads: int = 0
     """0 leaves torch's own default."""
     max_audio_s_per_char: float = 0.2
@@ -116,6 +119,7 @@ class PipelineOptions:
                 adaptive_batch=env_bool("VEENA_DECODE_ADAPTIVE_BATCH", SchedulerOptions.adaptive_batch),
             ),
             codec_device=env_str("VEENA_CODEC_DEVICE", cls.codec_device),
+            codec_cuda_graphs=env_bool("VEENA_CODEC_CUDA_GRAPHS", cls.codec_cuda_graphs),
             torch_threads=env_int("VEENA_TORCH_THREADS", cls.torch_threads),
             max_audio_s_per_char=env_float("VEENA_MAX_AUDIO_S_PER_CHAR", cls.max_audio_s_per_char),
             freeze_gc_heap=env_bool("VEENA_FREEZE_GC_HEAP", cls.freeze_gc_heap),
@@ -197,7 +201,8 @@ class Pipeline:
             import torch
 
             torch.set_num_threads(options.torch_threads)
-        codec = family_for(prof).load_codec(codec_model, options.codec_device)
+        codec = family_for(prof).load_codec(codec_model, options.codec_device,
+                                            cuda_graphs=options.codec_cuda_graphs)
         engine = VllmEngine(engine_options or EngineOptions.from_env(llm_location(model, prof)))
         pipeline = cls(engine, codec, prof, options)
         pipeline.codec_model = codec_model

@@ -68,7 +68,8 @@ class ModelFamily:
     def default_window(self, options: WindowDefaults) -> WindowOptions:
         raise NotImplementedError
 
-    def load_codec(self, codec_model: str, device: str) -> Codec:
+    def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False) -> Codec:
+        """``cuda_graphs``: capture the decoder per shape where ``device`` is CUDA."""
         raise NotImplementedError
 
     def load_speaker_encoder(self, codec_model: str, device: str) -> Any:

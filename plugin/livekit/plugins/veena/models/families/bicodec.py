@@ -68,10 +68,10 @@ class BiCodecFamily(ModelFamily):
     def default_pacing(self, options: WindowDefaults) -> PacingOptions:
         return options.bicodec_pacing
 
-    def load_codec(self, codec_model: str, device: str) -> Codec:
+    def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False) -> Codec:
         from ...codecs.bicodec import BiCodecCodec
 
-        return BiCodecCodec.load(codec_model, device=device)
+        return BiCodecCodec.load(codec_model, device=device, cuda_graphs=cuda_graphs)
 
     def load_speaker_encoder(self, codec_model: str, device: str) -> Any:
         from ...codecs.bicodec import bicodec_dir

@@ -43,10 +43,10 @@ class SnacFamily(ModelFamily):
     def default_window(self, options: WindowDefaults) -> WindowOptions:
         return options.snac_window
 
-    def load_codec(self, codec_model: str, device: str) -> Codec:
+    def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False) -> Codec:
         from ...codecs.snac import SnacCodec
 
-        return SnacCodec.load(codec_model, device=device,
+        return SnacCodec.load(codec_model, device=device, cuda_graphs=cuda_graphs,
                               position_levels=self.profile.position_levels)
 
     def token_table(self, tokenizer: Any) -> TokenTable:

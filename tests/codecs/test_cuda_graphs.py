@@ -1,0 +1,97 @@
+"""CUDA graphs for the codecs' decode calls (``codecs.cuda_graphs``).
+
+On this CPU-only machine: graphs stay off on CPU, a batch padded to its graph bucket decodes
+its real rows exactly as the batch alone (what the graph path relies on), and a capture that
+fails falls back to eager calls. Where CUDA is present, the graph replay is compared with the
+eager decode across batch and window sizes (``bench/gpu_bench.py`` also reports host CPU per
+call with and without graphs on the lent accelerator).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from livekit.plugins.veena.codecs.base import CodecInput
+from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
+from livekit.plugins.veena.codecs.cuda_graphs import GraphedCall, batch_bucket
+from livekit.plugins.veena.codecs.snac import SnacCodec
+from livekit.plugins.veena.pipeline.pipeline import PipelineOptions
+
+
+def _windows(n, frames=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return [CodecInput(rng.integers(0, 4096, (frames, 7)), start_step=3 * i, seed=11 + i)
+            for i in range(n)]
+
+
+def test_batch_bucket():
+    assert [batch_bucket(n, 64) for n in (1, 2, 3, 4, 5, 8, 9, 33, 64)] == \
+        [1, 2, 4, 4, 8, 8, 16, 64, 64]
+    assert batch_bucket(65, 64) is None and batch_bucket(17, 16) is None
+
+
+def test_graphs_are_off_on_cpu():
+    assert SnacCodec.random(device="cpu", cuda_graphs=True).graphs is None
+    assert BiCodecCodec.random(device="cpu", cuda_graphs=True).graphs is None
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_padded_batches_decode_as_the_batch_alone(snac_codec, n):
+    """The graph path pads a batch to its bucket with rows of zeros (seed 0, step 0): the
+    real rows must decode exactly as without padding. Run here through the eager function the
+    graph would capture."""
+    batch = _windows(n)
+    alone = snac_codec.decode(batch)
+    padded = SnacCodec(snac_codec.model, device="cpu")
+    padded._keys = snac_codec._keys  # the model's noise blocks read the first codec's keys
+    padded.graphs = padded._decode_tensors
+    for got, want in zip(padded.decode(batch), alone, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_padded_bicodec_batches_decode_as_the_batch_alone(n):
+    codec = BiCodecCodec.random(seed=3)
+    rng = np.random.default_rng(n)
+    batch = [CodecInput(rng.integers(0, 8192, 20), 0, 0, speaker=rng.integers(0, 4096, 32))
+             for _ in range(n)]
+    alone = codec.decode(batch)
+    codec.graphs = codec._decode_tensors
+    for got, want in zip(codec.decode(batch), alone, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_failed_capture_decodes_eagerly_and_turns_graphs_off(caplog):
+    """No CUDA here, so capture itself fails: the call still answers, eagerly, once and
+    after."""
+    calls = []
+
+    def double(x):
+        calls.append(x.shape)
+        return x * 2
+
+    graphed = GraphedCall(double, name="toy")
+    x = torch.arange(4.0)
+    assert torch.equal(graphed(x), x * 2) and torch.equal(graphed(x + 1), (x + 1) * 2)
+    assert not graphed.enabled
+    assert graphed.stats.captures == 0 and graphed.stats.eager_calls == 2
+    assert "CUDA graph capture failed" in caplog.text
+
+
+def test_option_reads_the_environment(monkeypatch):
+    assert PipelineOptions().codec_cuda_graphs
+    monkeypatch.setenv("VEENA_CODEC_CUDA_GRAPHS", "0")
+    assert not PipelineOptions.from_env().codec_cuda_graphs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("frames", [6, 12])
+def test_graph_replay_equals_eager_on_cuda(frames):
+    eager = SnacCodec.random(seed=5, device="cuda", cuda_graphs=False)
+    graphed = SnacCodec.random(seed=5, device="cuda", cuda_graphs=True)
+    for n in (1, 3, 5, 3):
+        batch = _windows(n, frames, seed=n)
+        for a, b in zip(eager.decode(batch), graphed.decode(batch)):
+            np.testing.assert_allclose(b, a, atol=1e-4, rtol=0)
+    assert graphed.graphs.enabled
+    assert graphed.graphs.stats.captures == 3 and graphed.graphs.stats.replays == 4
