@@ -4,11 +4,14 @@ pauses the event loop all streams share (90-340 ms at 256 streams, heard as gaps
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import weakref
 
 import pytest
 
 from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.gc_heap import FullCollections, full_collections
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
 from .server.fakes import FakeEngine, SilentCodec
@@ -30,8 +33,10 @@ def _collectable(obj) -> bool:
 @pytest.fixture
 def thawed():
     gc.unfreeze()
+    full_collections.restore()
     yield
     gc.unfreeze()
+    full_collections.restore()
 
 
 async def test_start_freezes_what_start_up_left(thawed):
@@ -61,3 +66,101 @@ async def test_freeze_can_be_turned_off(thawed, monkeypatch):
         assert gc.get_freeze_count() == 0
     finally:
         await p.aclose()
+
+
+@pytest.fixture
+def schedule():
+    """A private schedule, and Python's own thresholds back afterwards."""
+    full_collections.restore()  # a pipeline started by an earlier test took the schedule
+    thresholds = gc.get_threshold()
+    collections = FullCollections()
+    yield collections
+    collections.restore()
+    gc.set_threshold(*thresholds)
+
+
+def _old_garbage() -> weakref.ref:
+    """A cycle promoted to the oldest generation while alive, then dropped: only a full
+    collection frees it."""
+    obj = _Cycle()
+    gc.collect(1)
+    gc.collect(1)
+    return weakref.ref(obj)
+
+
+def _young_collections(n: int) -> None:
+    for _ in range(n):
+        gc.collect(1)  # each counts towards the oldest generation's threshold, as in a run
+
+
+def test_no_full_collection_while_a_stream_plays(schedule):
+    schedule.defer(300.0)
+    assert gc.get_threshold()[2] > 1_000_000
+    with schedule.streaming():
+        dead = _old_garbage()
+        _young_collections(20)
+        junk = [[i] for i in range(50_000)]  # allocation churn: automatic young collections
+        del junk
+        assert dead() is not None, "a full collection ran while a stream played"
+    assert dead() is None, "the last stream to end collects what is due"
+    assert schedule.collections == 1
+
+
+def test_idle_collects_only_when_python_would_have(schedule):
+    schedule.defer(300.0)
+    with schedule.streaming():
+        dead = _old_garbage()
+    assert dead() is not None and schedule.collections == 0
+
+
+def test_overdue_collection_runs_as_a_stream_starts(schedule):
+    schedule.defer(1e-9)
+    with schedule.streaming():
+        dead = _old_garbage()
+        _young_collections(20)
+        with schedule.streaming():  # a second stream starts while the first plays
+            assert dead() is None
+    assert schedule.collections == 1
+
+
+def test_not_deferred_is_pythons_schedule(schedule):
+    young, middle, oldest = gc.get_threshold()
+    schedule.defer(0.0)
+    assert not schedule.deferred and gc.get_threshold() == (young, middle, oldest)
+    schedule.defer(60.0)
+    schedule.restore()
+    assert gc.get_threshold() == (young, middle, oldest)
+
+
+async def test_pipeline_defers_and_a_synthesis_counts_as_playing(thawed):
+    thresholds = gc.get_threshold()
+    assert not full_collections.deferred
+    p = Pipeline(FakeEngine(), SilentCodec(), VEENA, PipelineOptions())
+    await p.start()
+    try:
+        assert full_collections.deferred
+        syn = p.synthesize("Namaste.")
+        playing = []
+        async for _ in syn:
+            playing.append(full_collections._active)
+        assert playing and set(playing) == {1} and full_collections._active == 0
+        dead = _old_garbage()
+        _young_collections(20)
+        async for _ in p.synthesize("Namaste."):
+            pass
+        assert dead() is not None, "collected before the last stream's audio left"
+        await asyncio.sleep(0.3)
+        assert dead() is None, "collected once idle"
+    finally:
+        await p.aclose()
+    assert gc.get_threshold()[2] > thresholds[2]
+
+
+def test_interval_reads_the_environment(monkeypatch):
+    assert PipelineOptions().gc_full_interval_s == 300.0
+    monkeypatch.setenv("VEENA_GC_FULL_INTERVAL_S", "0")
+    assert PipelineOptions.from_env().gc_full_interval_s == 0.0
+    for bad in ("-1", "nan", "inf"):
+        monkeypatch.setenv("VEENA_GC_FULL_INTERVAL_S", bad)
+        with pytest.raises(ValueError, match="VEENA_GC_FULL_INTERVAL_S"):
+            PipelineOptions.from_env()

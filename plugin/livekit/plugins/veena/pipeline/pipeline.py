@@ -30,7 +30,7 @@ from .alarm import SharedAlarm
 from .chunking import ChunkerOptions, chunk_text
 from .engine import EngineOptions, SamplingOptions, VllmEngine
 from .engine_options import draw_seed
-from .gc_heap import freeze_startup_heap
+from .gc_heap import freeze_startup_heap, full_collections
 from .pacing import PacingOptions
 from .parsing import TokenTable
 from .request_run import piece_seed
@@ -87,6 +87,9 @@ class PipelineOptions:
     freeze_gc_heap: bool = True
     """Once started, freeze the start-up heap so full garbage collections stop pausing the
     event loop (``gc_heap``)."""
+    gc_full_interval_s: float = 300.0
+    """Once started, full garbage collections wait until no stream plays, or at most this
+    long (checked as a stream starts); 0: Python's own schedule (``gc_heap``)."""
 
     @classmethod
     def from_env(cls) -> "PipelineOptions":
@@ -123,7 +126,16 @@ class PipelineOptions:
             torch_threads=env_int("VEENA_TORCH_THREADS", cls.torch_threads),
             max_audio_s_per_char=env_float("VEENA_MAX_AUDIO_S_PER_CHAR", cls.max_audio_s_per_char),
             freeze_gc_heap=env_bool("VEENA_FREEZE_GC_HEAP", cls.freeze_gc_heap),
+            gc_full_interval_s=_non_negative(
+                "VEENA_GC_FULL_INTERVAL_S",
+                env_float("VEENA_GC_FULL_INTERVAL_S", cls.gc_full_interval_s)),
         )
+
+
+def _non_negative(name: str, value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
+    return value
 
 
 def codec_location(model: str, profile: ModelProfile, codec_model: str | None = None) -> str:
@@ -223,9 +235,10 @@ class Pipeline:
         await self.engine.start(timeout)
         await asyncio.shield(self._warm)
         if not self._ready:
-            self.table  # noqa: B018 - the tokenizer and token table, before the first request
+            self.table.as_lists()  # the tokenizer and token table, before the first request
             if self.options.freeze_gc_heap:
                 freeze_startup_heap()
+            full_collections.defer(self.options.gc_full_interval_s)
         self._ready = True
 
     @property

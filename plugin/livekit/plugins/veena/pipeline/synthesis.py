@@ -17,6 +17,7 @@ from typing import AsyncIterator
 import numpy as np
 
 from .engine_options import SamplingOptions
+from .gc_heap import full_collections
 from .request_run import RequestRun, RunHost
 from .stitching import to_int16
 from .timings import Timings
@@ -98,19 +99,20 @@ class Synthesis:
     async def _chunks(self) -> AsyncIterator[AudioChunk]:
         seq = 0
         rate = self._p.sample_rate
-        for i, piece in enumerate(self._pieces):
-            last_piece = i == len(self._pieces) - 1
-            self._run = RequestRun(self._p, self, piece, i)
-            self.tracks.append(self._run.track)
-            async with contextlib.aclosing(self._run.audio()) as piece_audio:
-                async for pcm, done in piece_audio:
-                    final = done and last_piece
-                    if len(pcm) or final:
-                        if len(pcm) and self.timings.first_audio is None:
-                            self.timings.first_audio = time.perf_counter()
-                        self.timings.audio_seconds += len(pcm) / rate
-                        yield AudioChunk(pcm, rate, seq, final)
-                        seq += 1
+        with full_collections.streaming():  # no full collection while it plays
+            for i, piece in enumerate(self._pieces):
+                last_piece = i == len(self._pieces) - 1
+                self._run = RequestRun(self._p, self, piece, i)
+                self.tracks.append(self._run.track)
+                async with contextlib.aclosing(self._run.audio()) as piece_audio:
+                    async for pcm, done in piece_audio:
+                        final = done and last_piece
+                        if len(pcm) or final:
+                            if len(pcm) and self.timings.first_audio is None:
+                                self.timings.first_audio = time.perf_counter()
+                            self.timings.audio_seconds += len(pcm) / rate
+                            yield AudioChunk(pcm, rate, seq, final)
+                            seq += 1
         self.timings.finished = time.perf_counter()
         logger.info(
             "synthesis done",
