@@ -63,6 +63,15 @@ def test_gpu_script_runs_on_cpu():
     assert all(r["eager_host_cpu_ms"] > 0 and r["max_abs_diff"] == 0 for r in calls)
 
 
+@pytest.mark.engine  # starts its own vLLM engine
+def test_vllm_frontend_bench():
+    _run(sys.executable, "bench/vllm_frontend.py", "--streams", "1,3", "--tokens", "14",
+         timeout=400)
+    rows = _rows("vllm_frontend")
+    assert [(r["streams"], r["tokens"]) for r in rows] == [(1, 14), (3, 42)]
+    assert all(r["frontend_cpu_us_per_token"] > 0 for r in rows)
+
+
 def test_gpu_model_config_is_llama_3b_shaped(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from gpu_bench import write_3b_config
