@@ -49,9 +49,9 @@ class GraphedCall:
     """``fn(*tensors) -> tensor`` on CUDA, replayed from a graph captured per input shape.
 
     ``fn`` must be a pure function of its tensor inputs with fixed shapes (no host sync, no
-    data-dependent shapes). The returned tensor lives in the graph's memory until the next
-    call: copy it out first (the codecs do, with ``.cpu()``). Calls come from one thread (the
-    decode scheduler's worker)."""
+    data-dependent shapes). Every graph shares one memory pool and may be replayed in any
+    order, so a replay's output is copied out of the pool before it is returned (another
+    graph's replay may reuse that memory)."""
 
     def __init__(self, fn: Callable[..., torch.Tensor], *, name: str, max_graphs: int = 64,
                  atol: float = 1e-4) -> None:
@@ -78,7 +78,7 @@ class GraphedCall:
                 static.copy_(value)
             captured.graph.replay()
             self.stats.replays += 1
-            return captured.output
+            return captured.output.clone()
 
     def _capture(self, shape: Shape, inputs: Sequence[torch.Tensor]) -> _Captured | None:
         """Warm up on a side stream (as PyTorch requires), capture, then check one replay
