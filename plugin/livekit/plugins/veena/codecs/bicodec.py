@@ -13,7 +13,7 @@ import torch
 
 from .base import CodecInput
 from .bicodec_model import DEFAULT_CONFIG, BiCodecDecoder
-from .cuda_graphs import batch_bucket, graphed_or_none
+from .cuda_graphs import batch_plan, first_rows, graphed_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +94,7 @@ class BiCodecCodec:
         """The decode call for ``batch`` and its device tensors: the graph's, with the batch
         padded to its bucket, or the eager one. Audio rows past ``len(batch)`` are padding."""
         n = len(batch)
-        rows = batch_bucket(n, self._max_graph_batch) if self.graphs is not None else None
-        call = self.graphs if rows is not None else self._decode_tensors
-        rows = rows or n
+        call, rows = batch_plan(self.graphs, self._decode_tensors, n, self._max_graph_batch)
         semantic = np.zeros((rows, np.asarray(batch[0].codes).shape[0]), dtype=np.int64)
         semantic[:n] = np.stack([np.asarray(b.codes) for b in batch])
         speaker = np.zeros((rows, 32), dtype=np.int64)
@@ -108,8 +106,7 @@ class BiCodecCodec:
         if not batch:
             return []
         call, inputs = self.batch_call(batch)
-        audio = call(*inputs)[: len(batch)].float().cpu().numpy()
-        return list(audio)
+        return first_rows(call(*inputs), len(batch))
 
     def warmup(self) -> None:
         self.decode([CodecInput(codes=np.zeros(10, np.int64), start_step=0, seed=0,

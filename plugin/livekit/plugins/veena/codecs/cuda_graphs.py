@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 logger = logging.getLogger(__name__)
@@ -29,6 +30,19 @@ def batch_bucket(n: int, max_bucket: int) -> int | None:
     ``max_bucket`` (such a batch runs eagerly)."""
     bucket = 1 << max(0, n - 1).bit_length()
     return bucket if bucket <= max_bucket else None
+
+
+def batch_plan(graphs: "GraphedCall | None", eager: Callable[..., torch.Tensor], n: int,
+               max_bucket: int) -> tuple[Callable[..., torch.Tensor], int]:
+    """The call for a batch of ``n`` windows and how many rows to give it: the graph's, with
+    the batch padded to its bucket, or the eager one with ``n`` rows."""
+    rows = batch_bucket(n, max_bucket) if graphs is not None else None
+    return (graphs, rows) if graphs is not None and rows is not None else (eager, n)
+
+
+def first_rows(audio: torch.Tensor, n: int) -> list[np.ndarray]:
+    """Audio [rows, samples] on any device -> its first ``n`` rows (the rest is padding)."""
+    return list(audio[:n].float().cpu().numpy())
 
 
 @dataclass

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .base import CodecInput
-from .cuda_graphs import batch_bucket, graphed_or_none
+from .cuda_graphs import batch_plan, first_rows, graphed_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -162,9 +162,7 @@ class SnacCodec:
         """The decode call for ``batch`` and its device tensors: the graph's, with the batch
         padded to its bucket, or the eager one. Audio rows past ``len(batch)`` are padding."""
         n = len(batch)
-        rows = batch_bucket(n, self._max_graph_batch) if self.graphs is not None else None
-        call = self.graphs if rows is not None else self._decode_tensors
-        rows = rows or n
+        call, rows = batch_plan(self.graphs, self._decode_tensors, n, self._max_graph_batch)
         per_item = [self._levels(np.asarray(item.codes)) for item in batch]
         seeds = np.zeros(rows, dtype=np.int64)
         seeds[:n] = [item.seed & _MASK31 for item in batch]
@@ -182,8 +180,7 @@ class SnacCodec:
         if not batch:
             return []
         call, inputs = self.batch_call(batch)
-        audio = call(*inputs)[: len(batch)].float().cpu().numpy()
-        return list(audio)
+        return first_rows(call(*inputs), len(batch))
 
     def warmup(self) -> None:
         frames = np.zeros((4, sum(len(c) for c in self._level_cols)), dtype=np.int64)
