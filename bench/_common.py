@@ -7,7 +7,9 @@ import json
 import logging
 import os
 import platform
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 logger = logging.getLogger("bench")
@@ -35,6 +37,19 @@ def report(name: str, rows: list[dict], notes: dict | None = None) -> Path:
                                 "machine": platform.platform(), "processor": platform.processor(),
                                 "notes": notes or {}, "rows": rows}, indent=2))
     return path
+
+
+@contextmanager
+def model_dir(given: str | None = None, family: str = "veena"):
+    """``given``, or a tiny random model in a scratch folder that is removed afterwards (a
+    benchmark run in CI must not leave hundreds of megabytes in /tmp each time)."""
+    if given:
+        yield given
+        return
+    from livekit.plugins.veena.models.tiny_model import make_tiny_model
+
+    with tempfile.TemporaryDirectory(prefix=f"veena-bench-{family}-") as scratch:
+        yield str(make_tiny_model(scratch, family))
 
 
 class Listener:

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 from dataclasses import replace
 
 import numpy as np
-from _common import listen, report, setup
+from _common import listen, model_dir, report, setup
 
-from livekit.plugins.veena.models.tiny_model import make_tiny_model
 from livekit.plugins.veena.pipeline.engine_options import EngineOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions
@@ -48,7 +46,11 @@ async def measure(pipeline: Pipeline, mode: str, concurrent: int, tokens: int, r
 
 
 async def amain(args) -> None:
-    model = args.model or str(make_tiny_model(tempfile.mkdtemp(prefix="bench-tiny-"), "veena"))
+    with model_dir(args.model) as model:
+        await run(args, model)
+
+
+async def run(args, model: str) -> None:
     first = Pipeline.from_model(model, options=MODES["ramp"], engine_options=EngineOptions.from_env(
         model, max_model_len=2048, max_num_seqs=16))
     # one engine and codec; each mode its own planner options and decode scheduler
@@ -64,7 +66,7 @@ async def amain(args) -> None:
     finally:
         await pipelines["adaptive"].scheduler.aclose()
         await first.aclose()
-    report("e2e", rows, {"model": model, "tokens_per_request": args.tokens})
+    report("e2e", rows, {"model": args.model or "tiny random", "tokens_per_request": args.tokens})
 
 
 if __name__ == "__main__":

@@ -150,7 +150,11 @@ def codec_call_cost(device: str, calls: int, frames_list: Sequence[int],
 async def amain(args) -> None:
     cuda = torch.cuda.is_available() and not args.small
     device = "cuda" if cuda else "cpu"
-    workdir = Path(tempfile.mkdtemp(prefix="veena-gpu-bench-"))
+    with tempfile.TemporaryDirectory(prefix="veena-gpu-bench-") as scratch:
+        await run(args, cuda, device, Path(scratch))
+
+
+async def run(args, cuda: bool, device: str, workdir: Path) -> None:
     if cuda:
         write_3b_config(workdir)
         eopts = EngineOptions(model=str(workdir), dtype="bfloat16", max_model_len=2048,

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
 
 import numpy as np
-from _common import report, setup
+from _common import model_dir, report, setup
 from aiohttp import web
 from livekit.agents import APIConnectOptions, APIStatusError
 from livekit.plugins import veena
 
-from livekit.plugins.veena.models.tiny_model import make_tiny_model
 from livekit.plugins.veena.pipeline.engine_options import EngineOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline
 from livekit.plugins.veena.server.app import ServerOptions, create_app
@@ -64,7 +62,11 @@ async def level(url: str, n: int, tokens: int) -> dict:
 
 
 async def amain(args) -> None:
-    model = args.model or str(make_tiny_model(tempfile.mkdtemp(prefix="bench-tiny-"), "veena"))
+    with model_dir(args.model) as model:
+        await run(args, model)
+
+
+async def run(args, model: str) -> None:
     pipeline = Pipeline.from_model(model, engine_options=EngineOptions.from_env(
         model, max_model_len=2048, max_num_seqs=args.max_num_seqs))
     await pipeline.start()
@@ -80,7 +82,7 @@ async def amain(args) -> None:
         await runner.cleanup()
         await pipeline.aclose()
     admission = options.admission(args.max_num_seqs)
-    report("server_load", rows, {"model": model, "tokens_per_chunk": args.tokens,
+    report("server_load", rows, {"model": args.model or "tiny random", "tokens_per_chunk": args.tokens,
                                  "max_num_seqs": args.max_num_seqs,
                                  "max_active_streams": admission.max_active,
                                  "max_queued_streams": admission.max_queued,

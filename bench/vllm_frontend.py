@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
 
-from _common import report, setup
+from _common import model_dir, report, setup
 
-from livekit.plugins.veena.models.tiny_model import make_tiny_model
 from livekit.plugins.veena.pipeline.engine import EngineOptions, SamplingOptions, VllmEngine
 
 TOKENS_PER_S = 82  # one real-time SNAC stream: 7 tokens per 85.3 ms frame
@@ -47,8 +45,11 @@ async def level(engine: VllmEngine, streams: int, tokens: int) -> dict:
 
 
 async def amain(args) -> None:
-    workdir = tempfile.mkdtemp(prefix="veena-frontend-")
-    make_tiny_model(workdir, "veena")
+    with model_dir() as workdir:
+        await run(args, workdir)
+
+
+async def run(args, workdir: str) -> None:
     engine = VllmEngine(EngineOptions.from_env(workdir, max_model_len=1024,
                                                max_num_seqs=max(args.streams)))
     await engine.start()
