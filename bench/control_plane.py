@@ -10,7 +10,9 @@ event-loop lag p99, gap seconds per stream after first audio, first audio p50/p9
 ``normal``; ``stall`` (the engine generates nothing for 1.5 s mid-stream); ``half_blocked``
 (the server's event loop blocked 50 ms of every 100 ms for 2 s); each with adaptive windows
 and with the fixed ramp. ``pipeline_alone``: the same N streams through ``Turn.speak`` in one
-process with no server or WebSocket (what the app adds is the difference).
+process with no server or WebSocket (what the app adds is the difference). ``--workers``
+splits the server over K processes on one port, as ``veena-tts serve --workers K`` does
+(each its own fake engine; CPU summed over them, loop lags pooled).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import socket
 import time
 
 import numpy as np
@@ -200,6 +203,84 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     return row
 
 
+def server_main(n: int, mode: str, case: str, frames: int, port: int, conn) -> None:
+    """One of ``--workers`` server processes (as ``veena-tts serve --workers``: its own
+    engine, listening on the shared port with SO_REUSEPORT): reports its own CPU time,
+    loop lags and fake-engine steps between the parent's "start" and "stop"."""
+    setup()
+    asyncio.run(_serve(n, mode, case, frames, port, conn))
+
+
+async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn) -> None:
+    llm = FakeAsyncLLM(frames)
+    pipeline = Pipeline(fake_vllm_engine(llm, max_num_seqs=2 * n), GpuLikeCodec(), VEENA,
+                        PipelineOptions(adaptive_windows=mode == "adaptive"))
+    await pipeline.start()
+    runner = web.AppRunner(create_app(pipeline, ServerOptions(
+        max_active_streams=n, max_queued_streams=n), own_pipeline=False), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port, reuse_port=True).start()
+    loop = asyncio.get_running_loop()
+    lags: list[float] = []
+    try:
+        conn.send("listening")
+        assert await loop.run_in_executor(None, conn.recv) == "start"
+        cpu = time.process_time()
+        monitor = asyncio.create_task(_lag_monitor(lags))
+        disturb = asyncio.create_task(_disturb(case, llm))
+        assert await loop.run_in_executor(None, conn.recv) == "stop"
+        cpu = time.process_time() - cpu
+        monitor.cancel()
+        disturb.cancel()
+        conn.send({"cpu": cpu, "lags": lags, "step_cpu": llm.step_cpu_s})
+    finally:
+        await runner.cleanup()
+        await pipeline.aclose()
+
+
+def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, workers: int,
+                compress: int = 0) -> dict:
+    """``run`` with the server split over ``workers`` processes on one port; their CPU is
+    summed and their loop lags pooled."""
+    ctx = mp.get_context("spawn")
+    guard = socket.socket()  # fixes the port for every worker (never listens)
+    guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    guard.bind(("127.0.0.1", 0))
+    port = guard.getsockname()[1]
+    servers = []
+    for _ in range(workers):
+        ours, theirs = ctx.Pipe()
+        proc = ctx.Process(target=server_main, args=(n, mode, case, frames, port, theirs),
+                           daemon=True)
+        proc.start()
+        servers.append((proc, ours))
+    try:
+        for _, conn in servers:
+            assert conn.recv() == "listening"
+        ours, theirs = ctx.Pipe()
+        client = ctx.Process(target=client_main, daemon=True, args=(
+            f"ws://127.0.0.1:{port}/v1/stream", n, stagger_s, compress, theirs))
+        client.start()
+        assert ours.recv() == "start"
+        for _, conn in servers:
+            conn.send("start")
+        client_out = ours.recv()
+        for _, conn in servers:
+            conn.send("stop")
+        outs = [conn.recv() for _, conn in servers]
+        client.join(30)
+    finally:
+        for proc, _ in servers:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+        guard.close()
+    row = _row(case, mode, n, client_out["streams"], sum(o["cpu"] for o in outs),
+               [lag for o in outs for lag in o["lags"]], sum(o["step_cpu"] for o in outs))
+    row["client_lag_max_ms"] = client_out["lag_max_ms"]
+    return row
+
+
 async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float) -> dict:
     """N real-time turns straight through the pipeline, heard where ``push`` delivers."""
     llm = FakeAsyncLLM(frames)
@@ -256,7 +337,7 @@ def _row(case: str, mode: str, n: int, results: list[dict], cpu: float,
 
 
 def _markdown(rows: list[dict], notes: dict) -> str:
-    cols = ["case", "mode", "streams", "server_cpu_ms_per_audio_s", "engine_alone_ms_per_audio_s",
+    cols = ["case", "mode", "streams", "workers", "server_cpu_ms_per_audio_s", "engine_alone_ms_per_audio_s",
             "ours_ms_per_audio_s", "ours_in_run_ms_per_audio_s", "loop_lag_p99_ms",
             "loop_lag_max_ms", "client_lag_max_ms", "gap_s_mean", "gap_s_max",
             "first_audio_p50_ms", "first_audio_p95_ms"]
@@ -275,24 +356,33 @@ def _markdown(rows: list[dict], notes: dict) -> str:
 async def amain(args) -> None:
     rows = []
     await run(2, "adaptive", "normal", 10, 0.0)  # warm-up: lazy imports (vLLM's types, ...)
-    alone = {n: await engine_alone(n, args.frames, args.stagger_s)
-             for n in sorted(set(args.streams) | {args.disturb_streams})}
+    sizes = set(args.streams) | {args.disturb_streams}
+    sizes |= {n // w for n in sizes for w in args.workers if n // w}
+    alone = {n: await engine_alone(n, args.frames, args.stagger_s) for n in sorted(sizes)}
     plan = [("normal", n) for n in args.streams]
     plan += [(case, args.disturb_streams) for case in args.cases if case != "normal"]
     plan += [("pipeline_alone", n) for n in args.streams if args.pipeline_alone]
     for case, n in plan:
         for mode in args.modes:
-            if case == "pipeline_alone":
-                row = await run_pipeline_alone(n, mode, args.frames, args.stagger_s)
-            else:
-                row = await run(n, mode, case, args.frames, args.stagger_s,
-                                15 if args.clients_offer_deflate else 0)
-            row["engine_alone_ms_per_audio_s"] = alone[n]
-            if row["server_cpu_ms_per_audio_s"] is not None:
-                row["ours_ms_per_audio_s"] = row["server_cpu_ms_per_audio_s"] - alone[n]
-            rows.append(row)
+            compress = 15 if args.clients_offer_deflate else 0
+            for workers in args.workers if case != "pipeline_alone" else [0]:
+                if case == "pipeline_alone":
+                    row = await run_pipeline_alone(n, mode, args.frames, args.stagger_s)
+                elif workers == 0:
+                    row = await run(n, mode, case, args.frames, args.stagger_s, compress)
+                else:
+                    row = run_workers(n, mode, case, args.frames, args.stagger_s, workers,
+                                      compress)
+                row["workers"] = None if case == "pipeline_alone" else workers
+                # each worker's fake engine steps its share of the streams
+                engine = alone[n // workers] if workers else alone[n]
+                row["engine_alone_ms_per_audio_s"] = engine
+                if row["server_cpu_ms_per_audio_s"] is not None:
+                    row["ours_ms_per_audio_s"] = row["server_cpu_ms_per_audio_s"] - engine
+                rows.append(row)
     largest = {m: max((r["streams"] for r in rows if r["case"] == "normal" and r["mode"] == m
                        and r["held"]), default=0) for m in ("adaptive", "ramp")}
+
     notes = {"frames_per_request": args.frames, "stagger_s": args.stagger_s,
              "codec_call_s": 0.003, "steps_per_s": 82, "text": TEXT,
              "clients_offer_deflate": args.clients_offer_deflate,
@@ -323,6 +413,9 @@ if __name__ == "__main__":
                     help="clients offer permessage-deflate (as browsers and `websockets` do)")
     ap.add_argument("--frames", type=int, default=60, help="frames per engine request")
     ap.add_argument("--stagger-s", type=float, default=1.0, help="streams start over this long")
+    ap.add_argument("--workers", type=ints, default=[0],
+                    help="server processes sharing the port, as `serve --workers` (0: the "
+                         "server in this process; e.g. 1,2 compares one and two processes)")
     ap.add_argument("--label", default="", help="suffix of the result files")
     ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="asyncio")
     setup()

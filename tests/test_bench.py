@@ -112,10 +112,11 @@ def test_scheduler_bench_compares_the_planners():
 def test_control_plane_bench():
     _run(sys.executable, "bench/control_plane.py", "--streams", "4", "--disturb-streams", "4",
          "--cases", "normal,stall", "--modes", "adaptive", "--frames", "24",
-         "--stagger-s", "0.2")
+         "--stagger-s", "0.2", "--workers", "0,2")
     rows = _rows("control_plane")
-    assert [(r["case"], r["mode"]) for r in rows] == [
-        ("normal", "adaptive"), ("stall", "adaptive"), ("pipeline_alone", "adaptive")]
+    assert [(r["case"], r["mode"], r["workers"]) for r in rows] == [
+        ("normal", "adaptive", 0), ("normal", "adaptive", 2), ("stall", "adaptive", 0),
+        ("stall", "adaptive", 2), ("pipeline_alone", "adaptive", None)]
     for r in rows:  # every stream ends done with all its audio (no claim on time here)
         assert r["done"] == 4 and r["audio_s_per_stream"] == pytest.approx(24 * 2048 / 24000)
         assert r["server_cpu_ms_per_audio_s"] > 0 and r["ours_ms_per_audio_s"] is not None

@@ -2,7 +2,8 @@
 (``spark-tts-lib`` 0.2.1, written by ``tests/golden/make_spark_golden.py``, not run here) on a
 reduced-size checkpoint in the official layout, loaded here through the product's own loaders.
 
-What must match: the speaker vector and the waveform for fixed ids (relative RMS < 1e-5),
+What must match: the speaker vector (relative RMS < 1e-5) and the waveform for fixed ids
+(< 1e-4: float32 kernels differ between CPUs),
 each reference clip's mel spectrogram (< 1e-5), its latents before quantisation and its 32
 global ids (all 32). A full-size check loads a checkpoint with every tensor name and shape of
 the official layout (recorded by the same script from the official modules).
@@ -70,7 +71,10 @@ def test_waveform_matches_spark(codec, golden, case):
     (wav,) = codec.decode([CodecInput(semantic, 0, 0, ids)])
     want = golden[f"decode_{case}_wav"]
     assert np.sqrt(np.mean(want**2)) > 0.1 and np.abs(want).max() < 0.99, "a live, unsaturated reference"
-    assert rel_rms(wav, want) < 1e-5
+    # float32 kernels differ between CPUs: 1.4e-5 on an AMD EPYC against a golden written on
+    # another CPU (the same with 1 or 2 threads); one global or semantic id off by one
+    # moves it to 3e-2 - 1.3e-1, so 1e-4 still sees any change to what is computed
+    assert rel_rms(wav, want) < 1e-4
 
 
 def test_windowed_decode_stays_close_to_sparks_one_pass(codec, golden):

@@ -8,39 +8,14 @@ import logging
 import os
 import sys
 import time
-import warnings
 import wave
 from pathlib import Path
+
+from .log import configure_logging
 
 logger = logging.getLogger("livekit.plugins.veena.cli")
 
 DEFAULT_TINY_DIR = Path(".cache/tiny-veena")
-
-
-_QUIET_ENV = {
-    "VLLM_LOGGING_LEVEL": "ERROR",  # vLLM's configuration dump and per-layer load notes
-    "TQDM_DISABLE": "1",  # weight-loading progress bars
-    "TORCH_CPP_LOG_LEVEL": "ERROR",
-    "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
-}
-"""Without ``-v``: the engine's own detail stays out of the terminal (engine processes read
-these from the environment; anything set by the user wins)."""
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    if verbose:
-        return
-    for name, value in _QUIET_ENV.items():
-        os.environ.setdefault(name, value)
-    warnings.simplefilter("ignore", FutureWarning)
-    warnings.simplefilter("ignore", DeprecationWarning)
-    for noisy in ("vllm", "transformers", "torch"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
 class _Progress:
@@ -257,9 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--profile", default=None)
     serve.add_argument("--host", default=os.environ.get("VEENA_HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("VEENA_PORT", "8700")))
+    serve.add_argument("--workers", type=int, default=None,
+                       help="server processes sharing the port, each with its own engine on "
+                            "1/N of the GPU memory share (default VEENA_SERVER_WORKERS, 1)")
 
     args = parser.parse_args(argv)
-    _setup_logging(args.verbose)
+    configure_logging(args.verbose)
     started = time.perf_counter()
     if args.command in ("say", "voice"):
         from .voices.files import VoiceFileError
@@ -293,9 +271,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "serve":
         from .server.app import run_server
+        from .server.workers import run_workers
+        from .settings import env_int
 
-        return run_server(_resolve_model(args.model, args.profile), profile=args.profile,
-                          host=args.host, port=args.port)
+        model = _resolve_model(args.model, args.profile)
+        try:
+            workers = args.workers if args.workers is not None else env_int(
+                "VEENA_SERVER_WORKERS", 1)
+            if workers == 1:
+                return run_server(model, profile=args.profile, host=args.host, port=args.port)
+            return run_workers(model, profile=args.profile, host=args.host, port=args.port,
+                               workers=workers, verbose=args.verbose)
+        except (ValueError, OSError) as e:  # a bad count, a port in use: one clear line
+            logger.error("cannot start the server: %s", e)
+            return 2
     return 2
 
 

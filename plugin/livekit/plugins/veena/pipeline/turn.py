@@ -28,6 +28,7 @@ from .stitching import ChunkJoiner
 from .tags import spoken_text, strip_unknown_tags
 
 _unknown_tags_removed = 0
+_removed_listeners: list[Callable[[int], None]] = []
 _HAS_TIMEOUT = hasattr(asyncio, "timeout")
 
 
@@ -37,9 +38,18 @@ def unknown_tags_removed() -> int:
     return _unknown_tags_removed
 
 
+def add_removed_tags_listener(listener: Callable[[int], None]) -> Callable[[], None]:
+    """``listener(n)`` hears each removal as it is counted (the server's metrics, which may
+    live in files shared by several processes); the returned call stops it."""
+    _removed_listeners.append(listener)
+    return lambda: _removed_listeners.remove(listener)
+
+
 def _count_removed(n: int) -> None:
     global _unknown_tags_removed
     _unknown_tags_removed += n
+    for listener in list(_removed_listeners):
+        listener(n)
 
 
 class TurnTimeout(TimeoutError):

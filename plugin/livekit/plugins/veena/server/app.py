@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from aiohttp import web
 
@@ -57,6 +58,7 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
         # the pipeline may be the caller's and outlive this app: leave it as it was found
         pipeline.scheduler.remove_batch_listener(state.metrics.on_batch)
         pipeline.engine.remove_dead_listener(state.on_engine_dead)
+        state.metrics.close()
 
     app.on_cleanup.append(detach)
 
@@ -100,16 +102,29 @@ def _raise_exit() -> None:
     raise web.GracefulExit()
 
 
-def run_server(model: str, *, profile: str | None, host: str, port: int) -> int:
+def run_server(model: str, *, profile: str | None, host: str, port: int,
+               reuse_port: bool = False, on_ready: Callable[[], None] | None = None) -> int:
     """Serve until stopped; exit code ``ENGINE_DEAD_EXIT_CODE`` when the engine died or the
-    server could not start (model or codec not loadable, engine start failed)."""
+    server could not start (model or codec not loadable, engine start failed).
+
+    One of several workers on a port (``workers.py``) passes ``reuse_port`` and ``on_ready``:
+    its socket then opens only once its engine has started, and ``on_ready`` is called then,
+    so that no client ever waits on a worker that is still loading."""
     try:
         pipeline = Pipeline.from_model(model, profile=profile)
     except Exception as e:  # a model or codec that cannot be loaded is a failed start too
         logger.error("cannot load the model: %s", e, extra={"model": model})
         return ENGINE_DEAD_EXIT_CODE
+    app = create_app(pipeline)
+    if on_ready is not None:
+        async def listen_when_ready(_app: web.Application) -> None:
+            await _app[WARM_KEY]  # the start: it ends with the engine up or failed
+            if pipeline.ready:
+                on_ready()
+
+        app.on_startup.append(listen_when_ready)
     logger.info("serving", extra={"model": model, "host": host, "port": port})
-    web.run_app(create_app(pipeline), host=host, port=port, print=None)
+    web.run_app(app, host=host, port=port, print=None, reuse_port=reuse_port or None)
     if pipeline.engine.health.state in ("dead", "failed"):
         return ENGINE_DEAD_EXIT_CODE
     return 0

@@ -1,6 +1,11 @@
-"""Prometheus metrics of one server process (its own registry, served at /metrics)."""
+"""Prometheus metrics of the server, served at /metrics: one process's own registry, or,
+with several worker processes (``PROMETHEUS_MULTIPROC_DIR`` set, as ``serve --workers``
+does), every live worker's values summed from the files they share, so that whichever
+worker answers a scrape reports the whole server."""
 
 from __future__ import annotations
+
+import os
 
 from prometheus_client import (
     CollectorRegistry,
@@ -9,22 +14,16 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 
-from ..pipeline.turn import unknown_tags_removed
+from ..pipeline.turn import add_removed_tags_listener, unknown_tags_removed
+
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client reads it when first imported: set before a worker process starts."""
 
 
-class _UnknownTags:
-    """``veena_unknown_tags_removed_total``, read at each scrape from the process-wide count
-    the turns keep (the pipeline knows nothing of Prometheus)."""
-
-    def collect(self):
-        metric = CounterMetricFamily(
-            "veena_unknown_tags_removed",
-            "Tags removed from text because the model does not perform them (e.g. <happy>, "
-            "special tokens)")
-        metric.add_metric([], unknown_tags_removed())
-        yield metric
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROC_DIR_ENV) or None
 
 
 _LATENCY = (0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -41,7 +40,7 @@ class ServerMetrics:
                              buckets=(0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0), registry=r)
         self.active_streams = Gauge("veena_active_streams",
                                     "Streams synthesizing (holding a stream slot)",
-                                    registry=r)
+                                    registry=r, multiprocess_mode="livesum")
         self.batch_size = Histogram("veena_decode_batch_size", "Windows per codec call",
                                     buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
         self.queue_wait = Histogram("veena_decode_queue_wait_seconds",
@@ -54,9 +53,9 @@ class ServerMetrics:
         self.finished = Counter("veena_requests_total", "Finished contexts by outcome",
                                 ["outcome"], registry=r)
         self.queued_streams = Gauge("veena_queued_streams", "Streams waiting for a slot",
-                                    registry=r)
+                                    registry=r, multiprocess_mode="livesum")
         self.admitted_streams = Gauge("veena_admitted_streams", "Streams holding a slot",
-                                      registry=r)
+                                      registry=r, multiprocess_mode="livesum")
         self.stream_queue_wait = Histogram("veena_stream_queue_wait_seconds",
                                            "Time a stream waited for a slot",
                                            buckets=(0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -68,11 +67,23 @@ class ServerMetrics:
                                     "Connections closed because the client stopped reading",
                                     registry=r)
         self.buffered_bytes = Gauge("veena_buffered_bytes",
-                                    "Audio bytes waiting to be sent, all connections", registry=r)
-        self.connections = Gauge("veena_connections", "Open WebSocket connections", registry=r)
-        self.engine_up = Gauge("veena_engine_up", "1 while the engine serves, 0 otherwise",
-                               registry=r)
-        r.register(_UnknownTags())
+                                    "Audio bytes waiting to be sent, all connections", registry=r,
+                                    multiprocess_mode="livesum")
+        self.connections = Gauge("veena_connections", "Open WebSocket connections", registry=r,
+                                 multiprocess_mode="livesum")
+        self.engine_up = Gauge("veena_engine_up", "1 while the engine serves, 0 otherwise "
+                               "(several workers: 1 while every live one serves)",
+                               registry=r, multiprocess_mode="livemin")
+        self.unknown_tags = Counter(
+            "veena_unknown_tags_removed",
+            "Tags removed from text because the model does not perform them (e.g. <happy>, "
+            "special tokens)", registry=r)
+        self.unknown_tags.inc(unknown_tags_removed())  # the process's count so far
+        self._stop_listening = add_removed_tags_listener(self.unknown_tags.inc)
+
+    def close(self) -> None:
+        """Stop counting this process's removed tags (the app is done)."""
+        self._stop_listening()
 
     def on_admission(self, admitted: int, queued: int) -> None:
         self.admitted_streams.set(admitted)
@@ -83,4 +94,9 @@ class ServerMetrics:
         self.queue_wait.observe(wait_s)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        shared = multiprocess_dir()
+        if shared is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=shared)
+        return generate_latest(registry)

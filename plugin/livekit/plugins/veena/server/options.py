@@ -44,6 +44,9 @@ class ServerOptions:
     """Audio waiting to be sent on one connection; past it the client counts as slow."""
     socket_send_buffer_bytes: int = 256 << 10
     """Kernel send buffer per WebSocket (bounds memory a non-reading client can hold)."""
+    heartbeat_s: float = 30.0
+    """Each WebSocket is pinged this often; a client that answers no ping for half as long
+    again is gone: its socket closes and its contexts are cancelled."""
     keepalive_s: float = 1.0
     """A waiting context hears ``waiting`` this often, so clients can tell busy from dead."""
     engine_dead_exit_s: float = 5.0
@@ -85,6 +88,7 @@ class ServerOptions:
                                                 cls.max_connection_buffer_bytes),
             socket_send_buffer_bytes=env_int("VEENA_SOCKET_SEND_BUFFER_BYTES",
                                              cls.socket_send_buffer_bytes),
+            heartbeat_s=env_float("VEENA_WS_HEARTBEAT_S", cls.heartbeat_s),
             keepalive_s=env_float("VEENA_KEEPALIVE_S", cls.keepalive_s),
             engine_dead_exit_s=env_float("VEENA_ENGINE_DEAD_EXIT_S", cls.engine_dead_exit_s),
             voices_dir=env_str("VEENA_VOICES_DIR", "") or None,
@@ -102,7 +106,7 @@ class ServerOptions:
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 0 if name == "max_queued_streams" else 1)
         for name in ("max_queue_wait_s", "turn_timeout_s", "context_idle_s", "slow_client_s",
-                     "keepalive_s"):
+                     "heartbeat_s", "keepalive_s"):
             check_float(name, getattr(self, name), 0.0, lo_open=True)
         check_float("engine_dead_exit_s", self.engine_dead_exit_s, 0.0)
         return self

@@ -238,7 +238,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, opts.socket_send_buffer_bytes)
     # no permessage-deflate, whatever the client offers: PCM shrinks by ~5 % for ~1 ms of
     # CPU per audio second, more than the rest of the control plane spends on a stream
-    ws = web.WebSocketResponse(max_msg_size=opts.max_frame_bytes, heartbeat=30,
+    ws = web.WebSocketResponse(max_msg_size=opts.max_frame_bytes, heartbeat=opts.heartbeat_s,
                                compress=False)
     await ws.prepare(request)
     state.connections += 1

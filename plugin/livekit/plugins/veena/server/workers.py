@@ -1,0 +1,183 @@
+"""Several server processes on one port (``veena-tts serve --workers N``).
+
+One Python process carries what one core can: at 256 real-time streams our event loop,
+vLLM's front end (which lives in the serving process) and the codec's kernel launches need
+about a whole core (README, "The control plane"). vLLM's own multi-front-end mode belongs
+to its OpenAI server, with no public API for an embedded ``AsyncLLM``, so a GPU's worth of
+streams is served by N independent servers on that GPU, each with its own engine on
+1/N of ``VEENA_GPU_MEMORY_UTILIZATION``, all listening on one port (``SO_REUSEPORT``: the
+kernel spreads new connections between them). One pod, one Service port, one set of probes.
+
+- Workers start one after another, each once the previous one is ready, since vLLM sizes
+  its KV cache from the GPU memory it finds free at start; a worker opens the port only
+  once its own engine is up, so no client waits on one that is still loading.
+- ``/metrics`` from any worker reports all of them (``PROMETHEUS_MULTIPROC_DIR``: a fresh
+  folder unless one is given, whose stale files are removed at start).
+- Any worker that ends ends the server, with that worker's exit code (3 when its engine
+  died): the supervisor (Kubernetes, systemd) replaces the whole pod, as it would the single
+  process. SIGTERM or SIGINT to the launcher stops every worker gracefully.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from ..settings import env_float
+from ..validation import check_float, check_int
+from .metrics import MULTIPROC_DIR_ENV
+
+logger = logging.getLogger(__name__)
+
+MAX_WORKERS = 32
+WORKER_STOP_S = 30.0
+"""How long a stopping worker may take (its streams end, its engine shuts down) before it is
+killed (``VEENA_WORKER_STOP_S``)."""
+_FAILED_EXIT_CODE = 1
+"""A worker that ended without a code of its own (killed by a signal, or exited 0 while the
+server was meant to run)."""
+
+
+def run_workers(model: str, *, profile: str | None, host: str, port: int, workers: int,
+                verbose: bool = False) -> int:
+    """Serve with ``workers`` processes until stopped; the exit code as ``run_server``'s."""
+    check_int("workers", workers, 1, MAX_WORKERS)
+    stop_s = check_float("VEENA_WORKER_STOP_S", env_float("VEENA_WORKER_STOP_S", WORKER_STOP_S),
+                         0.0, lo_open=True)
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise ValueError("several workers need SO_REUSEPORT (Linux); run with --workers 1")
+    guard = _reserve_port(host, port)
+    port = guard.getsockname()[1]
+    metrics, owned = _metrics_folder()
+    stopping = threading.Event()
+    workers_started: list[mp.process.BaseProcess] = []
+
+    def on_signal(signum: int, _frame) -> None:
+        logger.info("stopping the workers", extra={"signal": signal.Signals(signum).name})
+        stopping.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _supervise(model, profile, host, port, workers, verbose, stopping,
+                          workers_started)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        _stop_all(workers_started, stop_s)
+        guard.close()
+        if owned:
+            shutil.rmtree(metrics, ignore_errors=True)
+
+
+def _supervise(model: str, profile: str | None, host: str, port: int, count: int,
+               verbose: bool, stopping: threading.Event,
+               started: list[mp.process.BaseProcess]) -> int:
+    ctx = mp.get_context("spawn")  # CUDA and vLLM cannot live in a forked child
+    for index in range(count):
+        ready = ctx.Event()
+        worker = ctx.Process(target=_worker_main, name=f"veena-worker-{index}",
+                             args=(index, count, model, profile, host, port, ready,
+                                   os.getpid(), verbose))
+        worker.start()
+        started.append(worker)
+        logger.info("worker %d starting on port %d", index, port,
+                    extra={"worker": index, "pid": worker.pid, "port": port})
+        while not ready.wait(0.2):
+            if stopping.is_set():
+                return 0
+            ended = wait([w.sentinel for w in started], timeout=0)
+            if ended:  # a sentinel closes as its worker exits: ``_ended`` joins it
+                return _ended(next(w for w in started if w.sentinel == ended[0]))
+        logger.info("worker %d ready", index, extra={"worker": index, "pid": worker.pid})
+    logger.info("serving with %d workers on %s:%d", count, host, port,
+                extra={"host": host, "port": port})
+    while not stopping.is_set():
+        ended = wait([w.sentinel for w in started], timeout=0.5)
+        if ended:
+            return _ended(next(w for w in started if w.sentinel == ended[0]))
+    return 0
+
+
+def _ended(worker: mp.process.BaseProcess) -> int:
+    worker.join()
+    code = worker.exitcode if worker.exitcode and worker.exitcode > 0 else _FAILED_EXIT_CODE
+    logger.error("a worker ended: stopping the server so its supervisor can replace it",
+                 extra={"worker": worker.name, "pid": worker.pid, "exitcode": worker.exitcode})
+    return code
+
+
+def _stop_all(workers: list[mp.process.BaseProcess], stop_s: float) -> None:
+    for w in workers:
+        if w.is_alive():
+            os.kill(w.pid, signal.SIGTERM)
+    for w in workers:
+        w.join(stop_s)
+        if w.is_alive():
+            logger.warning("a worker did not stop in time: killed",
+                           extra={"worker": w.name, "pid": w.pid})
+            w.kill()
+            w.join()
+
+
+def _reserve_port(host: str, port: int) -> socket.socket:
+    """A bound, never-listening socket in the port's SO_REUSEPORT group: it fixes the port
+    (``0`` picks a free one) for every worker and keeps other programs off it while workers
+    restart; the kernel hands connections only to listening sockets."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    guard = socket.socket(family, kind, proto)
+    try:
+        guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        guard.bind(address)
+    except OSError:
+        guard.close()
+        raise
+    return guard
+
+
+def _metrics_folder() -> tuple[Path, bool]:
+    """The folder the workers share metrics through, and whether it is ours to remove."""
+    given = os.environ.get(MULTIPROC_DIR_ENV)
+    if given:
+        folder = Path(given)
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.db"):  # a previous run's values would be summed in
+            stale.unlink()
+        return folder, False
+    folder = Path(tempfile.mkdtemp(prefix="veena-metrics-"))
+    os.environ[MULTIPROC_DIR_ENV] = str(folder)  # inherited by every worker
+    return folder, True
+
+
+def _worker_main(index: int, count: int, model: str, profile: str | None, host: str,
+                 port: int, ready, launcher_pid: int, verbose: bool) -> None:
+    from ..log import configure_logging
+    from ..pipeline.engine_options import EngineOptions
+    from .app import run_server
+
+    os.setpgrp()  # a terminal's Ctrl-C reaches the launcher, which stops each worker once
+    configure_logging(verbose, process=f"worker {index}")
+    share = EngineOptions.from_env().gpu_memory_utilization / count
+    os.environ["VEENA_GPU_MEMORY_UTILIZATION"] = repr(share)
+    _watch_launcher(launcher_pid)
+    raise SystemExit(run_server(model, profile=profile, host=host, port=port,
+                                reuse_port=True, on_ready=ready.set))
+
+
+def _watch_launcher(launcher_pid: int) -> None:
+    """A worker whose launcher is gone (killed without stopping it) stops itself."""
+    def watch() -> None:
+        while os.getppid() == launcher_pid:
+            threading.Event().wait(1.0)
+        logger.error("the launcher is gone: stopping", extra={"launcher_pid": launcher_pid})
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="veena-launcher-watch", daemon=True).start()

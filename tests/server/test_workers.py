@@ -1,0 +1,181 @@
+"""``veena-tts serve --workers 2``: two server processes, each with its own vLLM engine,
+share one port; the kernel spreads connections between them, every stream is served,
+``/metrics`` from either reports both, a worker that dies ends the server (with every other
+worker and the shared metrics folder), SIGTERM stops them all, and a bad count or a port in
+use is one clear line."""
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import psutil
+import pytest
+
+from .conftest import _free_port, poll_until
+
+HANG_GUARD_POLLS = 2400  # 20 min of 0.5 s polls: only against a hang (two engine starts)
+TEST_HANG_GUARD_S = 2700  # the whole test, past pytest's 900 s per test: two engine starts
+STREAMS = 16
+
+
+def _launch(model_dir: str, port: int, log: Path, *args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "livekit.plugins.veena.cli", "serve", "--model", model_dir,
+         "--port", str(port), *args],
+        env={**os.environ, "VEENA_MAX_MODEL_LEN": "2048", "VEENA_MAX_NUM_SEQS": "4", **env},
+        stdout=subprocess.DEVNULL, stderr=log.open("wb"), start_new_session=True)
+
+
+def _tcp(worker: psutil.Process, port: int, status: str) -> int:
+    try:
+        return sum(1 for c in worker.net_connections("tcp")
+                   if c.laddr and c.laddr.port == port and c.status == status)
+    except psutil.NoSuchProcess:
+        return 0
+
+
+def _workers(launcher: psutil.Process) -> list[psutil.Process]:
+    """The launcher's worker processes (not multiprocessing's resource tracker)."""
+    found = []
+    for child in launcher.children():
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def _reap(proc: subprocess.Popen, workers: list[psutil.Process]) -> None:
+    """Whatever a failed test left running: the launcher and each worker's process group
+    (its engine's processes)."""
+    for w in workers:
+        try:
+            os.killpg(w.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(60)
+
+
+async def _exit_code(proc: subprocess.Popen) -> int:
+    async def ended() -> bool:
+        return proc.poll() is not None
+
+    await poll_until(ended, "the launcher exits", every_s=0.5, polls=HANG_GUARD_POLLS)
+    return proc.returncode
+
+
+async def _speak(session: aiohttp.ClientSession, ws: aiohttp.ClientWebSocketResponse) -> int:
+    """One context to its end; the audio bytes it heard."""
+    await ws.send_json({"type": "speak", "context_id": "c", "text": "Hello there.",
+                        "continue": False, "sampling": {"max_tokens": 56}})
+    heard = 0
+    async for msg in ws:
+        if msg.type == aiohttp.WSMsgType.BINARY:
+            heard += len(msg.data) - 1 - msg.data[0]
+        elif msg.type == aiohttp.WSMsgType.TEXT:
+            event = msg.json()
+            if event["type"] in ("done", "error", "cancelled"):
+                assert event["type"] == "done", event
+                return heard
+    raise AssertionError("the socket closed before the context ended")
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(TEST_HANG_GUARD_S)
+async def test_two_workers_share_a_port_and_report_together(tiny_model_dir, tmp_path):
+    port = _free_port()
+    # every stream runs at once on whichever worker takes it (no admission refusal)
+    proc = _launch(tiny_model_dir, port, tmp_path / "serve.log", "--workers", "2",
+                   VEENA_MAX_NUM_SEQS=str(2 * STREAMS))
+    launcher = psutil.Process(proc.pid)
+    workers: list[psutil.Process] = []
+    try:
+        async def both_listen() -> bool:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            workers[:] = _workers(launcher)
+            return len(workers) == 2 and all(_tcp(w, port, "LISTEN") for w in workers)
+
+        await poll_until(both_listen, "both workers listen", every_s=0.5,
+                         polls=HANG_GUARD_POLLS)
+        metrics_dir = Path(workers[0].environ()["PROMETHEUS_MULTIPROC_DIR"])
+        assert metrics_dir.is_dir()
+        url = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession() as s:
+            sockets = [await s.ws_connect(url.replace("http", "ws") + "/v1/stream")
+                       for _ in range(STREAMS)]
+            per_worker = {w.pid: _tcp(w, port, "ESTABLISHED") for w in workers}
+            # the kernel spread them (all 16 on one worker: a 1 in 2**15 chance)
+            assert sum(per_worker.values()) == STREAMS and all(per_worker.values()), per_worker
+            heard = await asyncio.gather(*(_speak(s, ws) for ws in sockets))
+            assert all(h > 0 for h in heard), heard
+            for ws in sockets:
+                await ws.close()
+            for _ in range(8):  # each scrape lands on either worker and reports both
+                async with s.get(url + "/metrics") as r:
+                    text = await r.text()
+                assert 'veena_requests_total{outcome="done"} 16.0' in text, text
+                assert "veena_engine_up 1.0" in text
+        # one worker dies (with its engine): the server ends, and takes the other one along
+        os.killpg(workers[1].pid, signal.SIGKILL)
+        assert await _exit_code(proc) == 1
+        gone, alive = psutil.wait_procs([workers[0]], timeout=60)
+        assert not alive, "the other worker outlived the server"
+        assert not metrics_dir.exists()
+        log = (tmp_path / "serve.log").read_text()
+        assert "a worker ended: stopping the server" in log
+    finally:
+        _reap(proc, workers)
+
+
+async def test_sigterm_stops_every_worker(tiny_model_dir, tmp_path):
+    """Stopped while its first worker is still loading: exit 0, nothing left running."""
+    proc = _launch(tiny_model_dir, _free_port(), tmp_path / "serve.log", "--workers", "2")
+    launcher = psutil.Process(proc.pid)
+    workers: list[psutil.Process] = []
+    try:
+        async def started() -> bool:
+            assert proc.poll() is None
+            workers[:] = _workers(launcher)
+            return bool(workers)
+
+        await poll_until(started, "a worker starts", every_s=0.1, polls=3000)
+        proc.send_signal(signal.SIGTERM)
+        assert await _exit_code(proc) == 0
+        gone, alive = psutil.wait_procs(workers, timeout=60)
+        assert not alive
+        assert "stopping the workers" in (tmp_path / "serve.log").read_text()
+    finally:
+        _reap(proc, workers)
+
+
+@pytest.mark.parametrize("args, env, says", [
+    (["--workers", "0"], {}, "workers must be in [1, 32], got 0"),
+    (["--workers", "33"], {}, "workers must be in [1, 32], got 33"),
+    ([], {"VEENA_SERVER_WORKERS": "two"}, "VEENA_SERVER_WORKERS='two' is not a valid int"),
+    ([], {"VEENA_SERVER_WORKERS": "2", "VEENA_WORKER_STOP_S": "nan"},
+     "VEENA_WORKER_STOP_S must be a finite number"),
+])
+def test_a_bad_worker_setting_is_one_clear_line(tiny_model_dir, tmp_path, args, env, says):
+    proc = _launch(tiny_model_dir, _free_port(), tmp_path / "serve.log", *args, **env)
+    assert proc.wait(300) == 2
+    log = (tmp_path / "serve.log").read_text()
+    assert says in log and "Traceback" not in log, log
+
+
+def test_a_port_in_use_is_one_clear_line(tiny_model_dir, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = _launch(tiny_model_dir, taken.getsockname()[1], tmp_path / "serve.log",
+                       "--workers", "2")
+        assert proc.wait(300) == 2
+    log = (tmp_path / "serve.log").read_text()
+    assert "Address already in use" in log and "Traceback" not in log, log
