@@ -216,6 +216,7 @@ async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn) -> 
     pipeline = Pipeline(fake_vllm_engine(llm, max_num_seqs=2 * n), GpuLikeCodec(), VEENA,
                         PipelineOptions(adaptive_windows=mode == "adaptive"))
     await pipeline.start()
+    await _warm_up(pipeline)
     runner = web.AppRunner(create_app(pipeline, ServerOptions(
         max_active_streams=n, max_queued_streams=n), own_pipeline=False), access_log=None)
     await runner.setup()
@@ -236,6 +237,23 @@ async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn) -> 
     finally:
         await runner.cleanup()
         await pipeline.aclose()
+
+
+async def _warm_up(pipeline: Pipeline) -> None:
+    """One stream through a private app on this process's own port, so the measured run
+    pays no first-use imports (the in-process runs get the same from their warm-up run)."""
+    import aiohttp
+
+    runner = web.AppRunner(create_app(pipeline, own_pipeline=False), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"ws://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1/stream"
+    try:
+        async with aiohttp.ClientSession() as session:
+            await _stream(session, url, 0, 0.0, 0)
+    finally:
+        await runner.cleanup()
 
 
 def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, workers: int,
@@ -357,7 +375,7 @@ async def amain(args) -> None:
     rows = []
     await run(2, "adaptive", "normal", 10, 0.0)  # warm-up: lazy imports (vLLM's types, ...)
     sizes = set(args.streams) | {args.disturb_streams}
-    sizes |= {n // w for n in sizes for w in args.workers if n // w}
+    sizes |= {n // w for n in sizes for w in args.workers if w and n // w}
     alone = {n: await engine_alone(n, args.frames, args.stagger_s) for n in sorted(sizes)}
     plan = [("normal", n) for n in args.streams]
     plan += [(case, args.disturb_streams) for case in args.cases if case != "normal"]
