@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import socket
@@ -164,41 +165,64 @@ async def engine_alone(n: int, frames: int, stagger_s: float) -> float:
     return (time.process_time() - cpu) * 1000 / (n * frames * STEP_S)
 
 
-async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
-              compress: int = 0) -> dict:
-    """``compress``: the permessage-deflate window the clients offer (0: none)."""
+async def _pipeline(n: int, mode: str, frames: int) -> tuple[FakeAsyncLLM, Pipeline]:
+    """A started pipeline over a fake engine for ``n`` streams of ``frames`` frames each."""
     llm = FakeAsyncLLM(frames)
-    engine = fake_vllm_engine(llm, max_num_seqs=2 * n)
-    pipeline = Pipeline(engine, GpuLikeCodec(), VEENA,
+    pipeline = Pipeline(fake_vllm_engine(llm, max_num_seqs=2 * n), GpuLikeCodec(), VEENA,
                         PipelineOptions(adaptive_windows=mode == "adaptive"))
     await pipeline.start()
+    return llm, pipeline
+
+
+async def _listen(pipeline: Pipeline, n: int, port: int = 0,
+                  reuse_port: bool = False) -> tuple[web.AppRunner, str]:
+    """The server app over ``pipeline``, admitting all ``n`` streams, listening; its
+    WebSocket URL."""
     runner = web.AppRunner(create_app(pipeline, ServerOptions(
         max_active_streams=n, max_queued_streams=n), own_pipeline=False), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port, reuse_port=reuse_port or None)
     await site.start()
-    url = f"ws://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1/stream"
+    return runner, f"ws://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1/stream"
+
+
+@contextlib.asynccontextmanager
+async def _measured(case: str, llm: FakeAsyncLLM):
+    """This process's CPU time and event-loop lags over the block, with ``case``'s
+    disturbance running meanwhile: a dict, filled with ``cpu`` once the block ends."""
+    out: dict = {"lags": []}
+    cpu = time.process_time()
+    monitor = asyncio.create_task(_lag_monitor(out["lags"]))
+    disturb = asyncio.create_task(_disturb(case, llm))
+    try:
+        yield out
+    finally:
+        out["cpu"] = time.process_time() - cpu
+        monitor.cancel()
+        disturb.cancel()
+
+
+async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
+              compress: int = 0) -> dict:
+    """``compress``: the permessage-deflate window the clients offer (0: none)."""
+    llm, pipeline = await _pipeline(n, mode, frames)
+    runner, url = await _listen(pipeline, n)
     loop = asyncio.get_running_loop()
     ours, theirs = mp.get_context("spawn").Pipe()
     client = mp.get_context("spawn").Process(target=client_main,
                                              args=(url, n, stagger_s, compress, theirs),
                                              daemon=True)
     client.start()
-    lags: list[float] = []
     try:
         assert await loop.run_in_executor(None, ours.recv) == "start"
-        cpu = time.process_time()
-        monitor = asyncio.create_task(_lag_monitor(lags))
-        disturb = asyncio.create_task(_disturb(case, llm))
-        client_out = await loop.run_in_executor(None, ours.recv)
-        cpu = time.process_time() - cpu
-        monitor.cancel()
-        disturb.cancel()
+        async with _measured(case, llm) as measured:
+            client_out = await loop.run_in_executor(None, ours.recv)
     finally:
         client.join(30)
         await runner.cleanup()
         await pipeline.aclose()
-    row = _row(case, mode, n, client_out["streams"], cpu, lags, llm.step_cpu_s)
+    row = _row(case, mode, n, client_out["streams"], measured["cpu"], measured["lags"],
+               llm.step_cpu_s)
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
     return row
 
@@ -212,43 +236,28 @@ def server_main(n: int, mode: str, case: str, frames: int, port: int, conn) -> N
 
 
 async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn) -> None:
-    llm = FakeAsyncLLM(frames)
-    pipeline = Pipeline(fake_vllm_engine(llm, max_num_seqs=2 * n), GpuLikeCodec(), VEENA,
-                        PipelineOptions(adaptive_windows=mode == "adaptive"))
-    await pipeline.start()
-    await _warm_up(pipeline)
-    runner = web.AppRunner(create_app(pipeline, ServerOptions(
-        max_active_streams=n, max_queued_streams=n), own_pipeline=False), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port, reuse_port=True).start()
+    llm, pipeline = await _pipeline(n, mode, frames)
+    await _warm_up(pipeline, n)
+    runner, _ = await _listen(pipeline, n, port, reuse_port=True)
     loop = asyncio.get_running_loop()
-    lags: list[float] = []
     try:
         conn.send("listening")
         assert await loop.run_in_executor(None, conn.recv) == "start"
-        cpu = time.process_time()
-        monitor = asyncio.create_task(_lag_monitor(lags))
-        disturb = asyncio.create_task(_disturb(case, llm))
-        assert await loop.run_in_executor(None, conn.recv) == "stop"
-        cpu = time.process_time() - cpu
-        monitor.cancel()
-        disturb.cancel()
-        conn.send({"cpu": cpu, "lags": lags, "step_cpu": llm.step_cpu_s})
+        async with _measured(case, llm) as measured:
+            assert await loop.run_in_executor(None, conn.recv) == "stop"
+        conn.send({"cpu": measured["cpu"], "lags": measured["lags"],
+                   "step_cpu": llm.step_cpu_s})
     finally:
         await runner.cleanup()
         await pipeline.aclose()
 
 
-async def _warm_up(pipeline: Pipeline) -> None:
+async def _warm_up(pipeline: Pipeline, n: int) -> None:
     """One stream through a private app on this process's own port, so the measured run
     pays no first-use imports (the in-process runs get the same from their warm-up run)."""
     import aiohttp
 
-    runner = web.AppRunner(create_app(pipeline, own_pipeline=False), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"ws://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1/stream"
+    runner, url = await _listen(pipeline, n)
     try:
         async with aiohttp.ClientSession() as session:
             await _stream(session, url, 0, 0.0, 0)
@@ -301,10 +310,7 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
 
 async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float) -> dict:
     """N real-time turns straight through the pipeline, heard where ``push`` delivers."""
-    llm = FakeAsyncLLM(frames)
-    pipeline = Pipeline(fake_vllm_engine(llm, max_num_seqs=2 * n), GpuLikeCodec(), VEENA,
-                        PipelineOptions(adaptive_windows=mode == "adaptive"))
-    await pipeline.start()
+    llm, pipeline = await _pipeline(n, mode, frames)
     sampling = pipeline.default_sampling()
 
     async def one(i: int) -> dict:
@@ -319,16 +325,13 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float) -
         return {"first_s": ear.first_s, "gap_s": ear.gap_s, "audio_s": ear.audio_s,
                 "end": "done"}
 
-    lags: list[float] = []
-    monitor = asyncio.create_task(_lag_monitor(lags))
-    cpu = time.process_time()
     try:
-        results = await asyncio.gather(*(one(i) for i in range(n)))
+        async with _measured("pipeline_alone", llm) as measured:
+            results = await asyncio.gather(*(one(i) for i in range(n)))
     finally:
-        cpu = time.process_time() - cpu
-        monitor.cancel()
         await pipeline.aclose()
-    row = _row("pipeline_alone", mode, n, results, cpu, lags, llm.step_cpu_s)
+    row = _row("pipeline_alone", mode, n, results, measured["cpu"], measured["lags"],
+               llm.step_cpu_s)
     row["client_lag_max_ms"] = None  # the listeners are in this process
     return row
 
@@ -380,18 +383,18 @@ async def amain(args) -> None:
     plan = [("normal", n) for n in args.streams]
     plan += [(case, args.disturb_streams) for case in args.cases if case != "normal"]
     plan += [("pipeline_alone", n) for n in args.streams if args.pipeline_alone]
+    compress = 15 if args.clients_offer_deflate else 0
     for case, n in plan:
         for mode in args.modes:
-            compress = 15 if args.clients_offer_deflate else 0
-            for workers in args.workers if case != "pipeline_alone" else [0]:
-                if case == "pipeline_alone":
+            for workers in [None] if case == "pipeline_alone" else args.workers:
+                if workers is None:
                     row = await run_pipeline_alone(n, mode, args.frames, args.stagger_s)
                 elif workers == 0:
                     row = await run(n, mode, case, args.frames, args.stagger_s, compress)
                 else:
                     row = run_workers(n, mode, case, args.frames, args.stagger_s, workers,
                                       compress)
-                row["workers"] = None if case == "pipeline_alone" else workers
+                row["workers"] = workers
                 # each worker's fake engine steps its share of the streams
                 engine = alone[n // workers] if workers else alone[n]
                 row["engine_alone_ms_per_audio_s"] = engine
@@ -400,7 +403,6 @@ async def amain(args) -> None:
                 rows.append(row)
     largest = {m: max((r["streams"] for r in rows if r["case"] == "normal" and r["mode"] == m
                        and r["held"]), default=0) for m in ("adaptive", "ramp")}
-
     notes = {"frames_per_request": args.frames, "stagger_s": args.stagger_s,
              "codec_call_s": 0.003, "steps_per_s": 82, "text": TEXT,
              "clients_offer_deflate": args.clients_offer_deflate,
