@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ..settings import env_float
 from ..validation import check_float, check_int
-from .metrics import MULTIPROC_DIR_ENV
+from .metrics import MULTIPROC_DIR_ENV, multiprocess_dir
 
 logger = logging.getLogger(__name__)
 
@@ -93,17 +93,24 @@ def _supervise(model: str, profile: str | None, host: str, port: int, count: int
         while not ready.wait(0.2):
             if stopping.is_set():
                 return 0
-            ended = wait([w.sentinel for w in started], timeout=0)
-            if ended:  # a sentinel closes as its worker exits: ``_ended`` joins it
-                return _ended(next(w for w in started if w.sentinel == ended[0]))
+            if (ended := _first_ended(started, 0)) is not None:
+                return _ended(ended)
         logger.info("worker %d ready", index, extra={"worker": index, "pid": worker.pid})
     logger.info("serving with %d workers on %s:%d", count, host, port,
                 extra={"host": host, "port": port})
     while not stopping.is_set():
-        ended = wait([w.sentinel for w in started], timeout=0.5)
-        if ended:
-            return _ended(next(w for w in started if w.sentinel == ended[0]))
+        if (ended := _first_ended(started, 0.5)) is not None:
+            return _ended(ended)
     return 0
+
+
+def _first_ended(workers: list[mp.process.BaseProcess],
+                 timeout: float) -> mp.process.BaseProcess | None:
+    """A worker that has exited (its sentinel closes as it exits), waiting up to
+    ``timeout``; ``_ended`` joins it."""
+    by_sentinel = {w.sentinel: w for w in workers}
+    ended = wait(list(by_sentinel), timeout=timeout)
+    return by_sentinel[ended[0]] if ended else None
 
 
 def _ended(worker: mp.process.BaseProcess) -> int:
@@ -145,7 +152,7 @@ def _reserve_port(host: str, port: int) -> socket.socket:
 
 def _metrics_folder() -> tuple[Path, bool]:
     """The folder the workers share metrics through, and whether it is ours to remove."""
-    given = os.environ.get(MULTIPROC_DIR_ENV)
+    given = multiprocess_dir()
     if given:
         folder = Path(given)
         folder.mkdir(parents=True, exist_ok=True)
