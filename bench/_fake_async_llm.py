@@ -8,11 +8,12 @@ clock keeps running while the event loop lags (the engine core is another proces
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import time
 from dataclasses import dataclass, field
 
 from livekit.plugins.veena.models.profiles import VEENA
-from livekit.plugins.veena.pipeline.engine import EngineOptions, VllmEngine
+from livekit.plugins.veena.pipeline.engine import EngineOptions, SamplingOptions, VllmEngine
 
 
 @dataclass
@@ -122,7 +123,12 @@ class _Tokenizer:
 
 
 def fake_vllm_engine(llm: FakeAsyncLLM, max_num_seqs: int) -> VllmEngine:
-    """The product's ``VllmEngine`` (its generate, abort and death handling) over ``llm``."""
+    """The product's ``VllmEngine`` (its generate, abort and death handling) over ``llm``.
+    Where vLLM is not installed (the lent GPU machine: no registry, and vLLM's wheel is over
+    what a run may carry), the validated ``SamplingOptions`` go to the fake as they are,
+    since it ignores them: one ``SamplingParams`` less per request, nothing per token."""
+    if importlib.util.find_spec("vllm") is None:
+        SamplingOptions.to_vllm = lambda self: self
     engine = VllmEngine(EngineOptions(model="fake", max_model_len=1 << 20,
                                       max_num_seqs=max_num_seqs))
     engine._llm, engine._tokenizer = llm, _Tokenizer()

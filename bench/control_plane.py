@@ -12,7 +12,9 @@ event-loop lag p99, gap seconds per stream after first audio, first audio p50/p9
 and with the fixed ramp. ``pipeline_alone``: the same N streams through ``Turn.speak`` in one
 process with no server or WebSocket (what the app adds is the difference). ``--workers``
 splits the server over K processes on one port, as ``veena-tts serve --workers K`` does
-(each its own fake engine; CPU summed over them, loop lags pooled).
+(each its own fake engine; CPU summed over them, loop lags pooled). ``--codec snac`` puts
+the real SNAC decoder (random weights) in place of the GPU-like sleep, on CUDA where there is
+one: the host CPU of its kernel launches is then counted in the server's CPU.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import multiprocessing as mp
 import socket
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from _common import RESULTS, Listener, report, setup
@@ -31,7 +35,9 @@ from _fake_async_llm import FakeAsyncLLM, fake_vllm_engine
 from aiohttp import web
 
 from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.pacing import window_sizes
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
 from livekit.plugins.veena.server.app import ServerOptions, create_app
 
@@ -69,6 +75,56 @@ class GpuLikeCodec:
 
     def warmup(self) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class CodecSpec:
+    """Which codec the server decodes with: ``gpu-like`` (the sleep above) or ``snac`` (the
+    product's ``SnacCodec``, random weights, CUDA graphs or not), and the scheduler's batch."""
+
+    name: str = "gpu-like"
+    cuda_graphs: bool = True
+    max_batch: int = SchedulerOptions.max_batch
+
+
+@functools.cache
+def make_codec(spec: CodecSpec):
+    """One codec per process, shared by every run in it, so that CUDA graphs are captured
+    once (in the warm-up run) and not inside a measured run."""
+    if spec.name == "gpu-like":
+        return GpuLikeCodec()
+    import torch
+
+    from livekit.plugins.veena.codecs.snac import SnacCodec
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    codec = SnacCodec.random(seed=1, device=device, cuda_graphs=spec.cuda_graphs)
+    if codec.graphs is not None:
+        _capture_steady_shapes(codec, spec.max_batch)
+    return codec
+
+
+def _capture_steady_shapes(codec, max_batch: int) -> None:
+    """Every (batch bucket, window) shape the planner's steady windows take, captured before
+    any run (a stream's last window has its own length and is captured when it comes)."""
+    from livekit.plugins.veena.codecs.base import CodecInput
+    from livekit.plugins.veena.codecs.cuda_graphs import batch_bucket
+
+    w, pacing = PipelineOptions.snac_window, PipelineOptions.snac_pacing
+    steps = {w.first + w.right} | {s + w.left + w.right
+                                   for s in window_sizes(w.first, pacing.max_new)}
+    buckets = sorted({batch_bucket(n, max_batch) for n in range(1, max_batch + 1)})
+    for n in buckets:
+        for frames in sorted(steps):
+            codec.decode([CodecInput(np.zeros((frames, 7), np.int64), start_step=0, seed=i)
+                          for i in range(n)])
+
+
+def graph_counts(spec: CodecSpec) -> dict:
+    graphs = getattr(make_codec(spec), "graphs", None)
+    stats = graphs.stats if graphs is not None else None
+    return {"captures": stats.captures, "replays": stats.replays,
+            "eager_calls": stats.eager_calls} if stats else {}
 
 
 # -- the client process ---------------------------------------------------------------------
@@ -165,11 +221,13 @@ async def engine_alone(n: int, frames: int, stagger_s: float) -> float:
     return (time.process_time() - cpu) * 1000 / (n * frames * STEP_S)
 
 
-async def _pipeline(n: int, mode: str, frames: int) -> tuple[FakeAsyncLLM, Pipeline]:
+async def _pipeline(n: int, mode: str, frames: int,
+                    codec: CodecSpec) -> tuple[FakeAsyncLLM, Pipeline]:
     """A started pipeline over a fake engine for ``n`` streams of ``frames`` frames each."""
     llm = FakeAsyncLLM(frames)
-    pipeline = Pipeline(fake_vllm_engine(llm, max_num_seqs=2 * n), GpuLikeCodec(), VEENA,
-                        PipelineOptions(adaptive_windows=mode == "adaptive"))
+    pipeline = Pipeline(fake_vllm_engine(llm, max_num_seqs=2 * n), make_codec(codec), VEENA,
+                        PipelineOptions(adaptive_windows=mode == "adaptive",
+                                        scheduler=SchedulerOptions(max_batch=codec.max_batch)))
     await pipeline.start()
     return llm, pipeline
 
@@ -203,9 +261,10 @@ async def _measured(case: str, llm: FakeAsyncLLM):
 
 
 async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
-              compress: int = 0) -> dict:
+              compress: int = 0, codec: CodecSpec = CodecSpec()) -> dict:
     """``compress``: the permessage-deflate window the clients offer (0: none)."""
-    llm, pipeline = await _pipeline(n, mode, frames)
+    llm, pipeline = await _pipeline(n, mode, frames, codec)
+    graphs_before = graph_counts(codec)
     runner, url = await _listen(pipeline, n)
     loop = asyncio.get_running_loop()
     ours, theirs = mp.get_context("spawn").Pipe()
@@ -224,20 +283,29 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     row = _row(case, mode, n, client_out["streams"], measured["cpu"], measured["lags"],
                llm.step_cpu_s)
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
+    row.update(_graphs_in_run(graphs_before, graph_counts(codec)))
     return row
 
 
-def server_main(n: int, mode: str, case: str, frames: int, port: int, conn) -> None:
+def _graphs_in_run(before: dict, after: dict) -> dict:
+    """CUDA graph captures, replays and eager calls during a run (none where graphs are off)."""
+    return {f"graph_{k}": after[k] - before.get(k, 0) for k in after}
+
+
+def server_main(n: int, mode: str, case: str, frames: int, port: int, conn,
+                codec: CodecSpec = CodecSpec()) -> None:
     """One of ``--workers`` server processes (as ``veena-tts serve --workers``: its own
     engine, listening on the shared port with SO_REUSEPORT): reports its own CPU time,
     loop lags and fake-engine steps between the parent's "start" and "stop"."""
     setup()
-    asyncio.run(_serve(n, mode, case, frames, port, conn))
+    asyncio.run(_serve(n, mode, case, frames, port, conn, codec))
 
 
-async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn) -> None:
-    llm, pipeline = await _pipeline(n, mode, frames)
+async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn,
+                 codec: CodecSpec) -> None:
+    llm, pipeline = await _pipeline(n, mode, frames, codec)
     await _warm_up(pipeline, n)
+    graphs_before = graph_counts(codec)
     runner, _ = await _listen(pipeline, n, port, reuse_port=True)
     loop = asyncio.get_running_loop()
     try:
@@ -246,7 +314,8 @@ async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn) -> 
         async with _measured(case, llm) as measured:
             assert await loop.run_in_executor(None, conn.recv) == "stop"
         conn.send({"cpu": measured["cpu"], "lags": measured["lags"],
-                   "step_cpu": llm.step_cpu_s})
+                   "step_cpu": llm.step_cpu_s,
+                   "graphs": _graphs_in_run(graphs_before, graph_counts(codec))})
     finally:
         await runner.cleanup()
         await pipeline.aclose()
@@ -266,7 +335,7 @@ async def _warm_up(pipeline: Pipeline, n: int) -> None:
 
 
 def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, workers: int,
-                compress: int = 0) -> dict:
+                compress: int = 0, codec: CodecSpec = CodecSpec()) -> dict:
     """``run`` with the server split over ``workers`` processes on one port; their CPU is
     summed and their loop lags pooled."""
     ctx = mp.get_context("spawn")
@@ -277,7 +346,7 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
     servers = []
     for _ in range(workers):
         ours, theirs = ctx.Pipe()
-        proc = ctx.Process(target=server_main, args=(n, mode, case, frames, port, theirs),
+        proc = ctx.Process(target=server_main, args=(n, mode, case, frames, port, theirs, codec),
                            daemon=True)
         proc.start()
         servers.append((proc, ours))
@@ -305,12 +374,16 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
     row = _row(case, mode, n, client_out["streams"], sum(o["cpu"] for o in outs),
                [lag for o in outs for lag in o["lags"]], sum(o["step_cpu"] for o in outs))
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
+    for key in outs[0]["graphs"]:
+        row[key] = sum(o["graphs"][key] for o in outs)
     return row
 
 
-async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float) -> dict:
+async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float,
+                             codec: CodecSpec = CodecSpec()) -> dict:
     """N real-time turns straight through the pipeline, heard where ``push`` delivers."""
-    llm, pipeline = await _pipeline(n, mode, frames)
+    llm, pipeline = await _pipeline(n, mode, frames, codec)
+    graphs_before = graph_counts(codec)
     sampling = pipeline.default_sampling()
 
     async def one(i: int) -> dict:
@@ -333,6 +406,7 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float) -
     row = _row("pipeline_alone", mode, n, results, measured["cpu"], measured["lags"],
                llm.step_cpu_s)
     row["client_lag_max_ms"] = None  # the listeners are in this process
+    row.update(_graphs_in_run(graphs_before, graph_counts(codec)))
     return row
 
 
@@ -374,9 +448,25 @@ def _markdown(rows: list[dict], notes: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _describe(spec: CodecSpec) -> tuple[str, str]:
+    """A short label for the rows and a sentence for the setup note."""
+    if spec.name == "gpu-like":
+        return "gpu-like", "GPU-like, 3 ms per batch"
+    codec = make_codec(spec)
+    device = str(codec.device)
+    if device.startswith("cuda"):
+        import torch
+
+        device = torch.cuda.get_device_name()
+    graphs = "CUDA graphs" if codec.graphs is not None else "eager"
+    return f"snac {graphs}", f"SNAC 24 kHz (random weights) on {device}, {graphs}"
+
+
 async def amain(args) -> None:
     rows = []
-    await run(2, "adaptive", "normal", 10, 0.0)  # warm-up: lazy imports (vLLM's types, ...)
+    codec = CodecSpec(args.codec, args.cuda_graphs, args.max_batch)
+    # warm-up: lazy imports (vLLM's types, ...), the real codec's first calls
+    await run(2, "adaptive", "normal", 10, 0.0, codec=codec)
     sizes = set(args.streams) | {args.disturb_streams}
     sizes |= {n // w for n in sizes for w in args.workers if w and n // w}
     alone = {n: await engine_alone(n, args.frames, args.stagger_s) for n in sorted(sizes)}
@@ -384,17 +474,21 @@ async def amain(args) -> None:
     plan += [(case, args.disturb_streams) for case in args.cases if case != "normal"]
     plan += [("pipeline_alone", n) for n in args.streams if args.pipeline_alone]
     compress = 15 if args.clients_offer_deflate else 0
+    codec_label, codec_text = _describe(codec)
     for case, n in plan:
         for mode in args.modes:
             for workers in [None] if case == "pipeline_alone" else args.workers:
                 if workers is None:
-                    row = await run_pipeline_alone(n, mode, args.frames, args.stagger_s)
+                    row = await run_pipeline_alone(n, mode, args.frames, args.stagger_s,
+                                                   codec)
                 elif workers == 0:
-                    row = await run(n, mode, case, args.frames, args.stagger_s, compress)
+                    row = await run(n, mode, case, args.frames, args.stagger_s, compress,
+                                    codec)
                 else:
                     row = run_workers(n, mode, case, args.frames, args.stagger_s, workers,
-                                      compress)
+                                      compress, codec)
                 row["workers"] = workers
+                row["codec"] = codec_label
                 # each worker's fake engine steps its share of the streams
                 engine = alone[n // workers] if workers else alone[n]
                 row["engine_alone_ms_per_audio_s"] = engine
@@ -404,13 +498,14 @@ async def amain(args) -> None:
     largest = {m: max((r["streams"] for r in rows if r["case"] == "normal" and r["mode"] == m
                        and r["held"]), default=0) for m in ("adaptive", "ramp")}
     notes = {"frames_per_request": args.frames, "stagger_s": args.stagger_s,
-             "codec_call_s": 0.003, "steps_per_s": 82, "text": TEXT,
+             "codec": codec_label, "max_batch": args.max_batch,
+             "steps_per_s": 82, "text": TEXT,
              "clients_offer_deflate": args.clients_offer_deflate,
              "largest_held": largest, "label": args.label,
              "setup": (f"Server app and fake engine in one process, client in another, on this "
                        f"{mp.cpu_count()}-core machine (N up to {max(args.streams)} here); "
                        f"each stream {args.frames} frames per engine request at exactly real "
-                       f"time; GPU-like codec 3 ms per batch. CPU is the server process's "
+                       f"time; codec: {codec_text}. CPU is the server process's "
                        f"(process_time); 'ours' = server minus the fake engine alone; "
                        f"'ours in run' = server minus the fake engine's own steps timed "
                        f"inside the same run.")}
@@ -438,6 +533,13 @@ if __name__ == "__main__":
                          "server in this process; e.g. 1,2 compares one and two processes)")
     ap.add_argument("--label", default="", help="suffix of the result files")
     ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="asyncio")
+    ap.add_argument("--codec", choices=["gpu-like", "snac"], default="gpu-like",
+                    help="gpu-like: a 3 ms sleep per batch; snac: the real SNAC decoder "
+                         "(random weights) on CUDA where present, else on CPU")
+    ap.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
+                    help="snac on CUDA: replay the decoder from CUDA graphs")
+    ap.add_argument("--max-batch", type=int, default=SchedulerOptions.max_batch,
+                    help="windows per codec call at most (the scheduler's max_batch)")
     setup()
     args = ap.parse_args()
     if args.loop == "uvloop":

@@ -6,14 +6,17 @@ Real-size random weights: a Llama-3B-shaped model with Veena's vocabulary served
 weights do not follow the SNAC grammar, so this benchmark registers one extra model family
 (``any_token``: every 7 generated ids are one frame, code = id mod 4096) through the family
 seam; everything else is the shipped code path. Reports host CPU per codec call with and
-without CUDA graphs, first audio at 1/16/64 streams and the largest number of concurrent
-streams that all stay real time (p95 per-stream wall/audio <= 1).
+without CUDA graphs (SNAC and BiCodec), first audio at 1/16/64 streams and the largest number
+of concurrent streams that all stay real time (p95 per-stream wall/audio <= 1). Where vLLM is
+not installed (the lent GPU machine has no registry, and vLLM's wheel is over what a run may
+carry) only the codec calls are measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import tempfile
 import time
@@ -25,6 +28,7 @@ import torch
 from _common import logger, report, setup
 
 from livekit.plugins.veena.codecs.base import CodecInput
+from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
 from livekit.plugins.veena.codecs.snac import SnacCodec
 from livekit.plugins.veena.models.families import register_family
 from livekit.plugins.veena.models.families.snac import SnacFamily, SnacTrack
@@ -108,22 +112,29 @@ async def level(pipeline: Pipeline, streams: int, tokens: int) -> dict:
             "mean_decode_batch": sum(k * v for k, v in sizes.items()) / max(1, sum(sizes.values()))}
 
 
+def _window(kind: str, steps: int, i: int, rng: np.random.Generator) -> CodecInput:
+    if kind == "snac":
+        return CodecInput(rng.integers(0, 4096, (steps, 7)), start_step=i, seed=i)
+    return CodecInput(rng.integers(0, 8192, steps), start_step=i, seed=i,
+                      speaker=rng.integers(0, 4096, 32))
+
+
 def codec_call_cost(device: str, calls: int, frames_list: Sequence[int],
-                    batches: Sequence[int]) -> list[dict]:
-    """Host CPU per SNAC decode call (this thread's CPU time from the call until it returns,
-    without waiting for the GPU), eager and replayed from CUDA graphs, per window size and
-    batch, with the largest difference between the two decodes (#21). Graphs are off on CPU,
-    so there both columns are eager."""
+                    batches: Sequence[int], kind: str = "snac") -> list[dict]:
+    """Host CPU per decode call (this thread's CPU time from the call until it returns,
+    without waiting for the GPU), eager and replayed from CUDA graphs, per window size (SNAC
+    frames or BiCodec semantic tokens) and batch, with the largest difference between the
+    two decodes (#21). Graphs are off on CPU, so there both columns are eager."""
     rng = np.random.default_rng(0)
-    codecs = {"eager": SnacCodec.random(seed=1, device=device),
-              "graphs": SnacCodec.random(seed=1, device=device, cuda_graphs=True)}
+    make = SnacCodec.random if kind == "snac" else BiCodecCodec.random
+    codecs = {"eager": make(seed=1, device=device),
+              "graphs": make(seed=1, device=device, cuda_graphs=True)}
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
     for frames in frames_list:
         for n in batches:
-            batch = [CodecInput(rng.integers(0, 4096, (frames, 7)), start_step=i, seed=i)
-                     for i in range(n)]
-            row: dict[str, Any] = {"window_frames": frames, "batch": n}
+            batch = [_window(kind, frames, i, rng) for i in range(n)]
+            row: dict[str, Any] = {"codec": kind, "window_frames": frames, "batch": n}
             audio = {}
             for label, codec in codecs.items():
                 audio[label] = np.stack(codec.decode(batch))  # warm up; captures a graph
@@ -143,7 +154,7 @@ def codec_call_cost(device: str, calls: int, frames_list: Sequence[int],
             row["max_abs_diff"] = float(np.abs(audio["graphs"] - audio["eager"]).max())
             rows.append(row)
     graphs = codecs["graphs"].graphs
-    logger.info("codec graphs: %s", graphs.stats if graphs is not None else "off (not CUDA)")
+    logger.info("%s graphs: %s", kind, graphs.stats if graphs is not None else "off (not CUDA)")
     return rows
 
 
@@ -155,6 +166,18 @@ async def amain(args) -> None:
 
 
 async def run(args, cuda: bool, device: str, workdir: Path) -> None:
+    where = {"device": torch.cuda.get_device_name() if cuda else "cpu (small sizes)"}
+    report("gpu_codec_calls" if cuda else "gpu_codec_calls_cpu_small",
+           codec_call_cost(device, calls=20, frames_list=(6, 12, 36), batches=(1, 16, 64))
+           if cuda else codec_call_cost(device, calls=2, frames_list=(6,), batches=(1, 2)),
+           where)
+    # BiCodec windows: first (10 + 20 right), steady (40 + 50 + 20), largest (40 + 160 + 20)
+    report("gpu_bicodec_calls" if cuda else "gpu_bicodec_calls_cpu_small",
+           codec_call_cost(device, 20, (30, 110, 220), (1, 16, 64), kind="bicodec")
+           if cuda else codec_call_cost(device, 2, (30,), (1, 2), kind="bicodec"), where)
+    if importlib.util.find_spec("vllm") is None:
+        logger.warning("vLLM is not installed here: the engine part is skipped")
+        return
     if cuda:
         write_3b_config(workdir)
         eopts = EngineOptions(model=str(workdir), dtype="bfloat16", max_model_len=2048,
@@ -164,10 +187,6 @@ async def run(args, cuda: bool, device: str, workdir: Path) -> None:
         make_tiny_model(workdir, "veena")
         eopts = EngineOptions.from_env(str(workdir), max_model_len=1024, max_num_seqs=8)
         levels, tokens = [1, 2], 70
-    report("gpu_codec_calls" if cuda else "gpu_codec_calls_cpu_small",
-           codec_call_cost(device, calls=20, frames_list=(6, 12, 36), batches=(1, 16, 64))
-           if cuda else codec_call_cost(device, calls=2, frames_list=(6,), batches=(1, 2)),
-           {"device": torch.cuda.get_device_name() if cuda else "cpu (small sizes)"})
     codec = SnacCodec.random(device=device, cuda_graphs=True)
     pipeline = Pipeline(VllmEngine(eopts), codec, PROFILE,
                         PipelineOptions(codec_device=device,
