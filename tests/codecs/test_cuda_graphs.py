@@ -62,8 +62,9 @@ def test_padded_bicodec_batches_decode_as_the_batch_alone(n):
 
 
 def test_failed_capture_decodes_eagerly_and_turns_graphs_off(caplog):
-    """No CUDA here, so capture itself fails: the call still answers, eagerly, once and
-    after."""
+    """A call on CPU tensors cannot be captured (with or without CUDA on the machine: on a
+    GPU machine it once captured an empty graph that answered x * 2 for x + 1): the call
+    still answers, eagerly, once and after."""
     calls = []
 
     def double(x):
@@ -95,3 +96,17 @@ def test_graph_replay_equals_eager_on_cuda(frames):
             np.testing.assert_allclose(b, a, atol=1e-4, rtol=0)
     assert graphed.graphs.enabled
     assert graphed.graphs.stats.captures == 3 and graphed.graphs.stats.replays == 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_call_that_syncs_the_host_is_not_captured_on_cuda(caplog):
+    """Reading a value back to the host is not allowed while capturing: that call decodes
+    eagerly, with the right answers, and later captures on the same device still work."""
+    graphed = GraphedCall(lambda x: x * float(x.max()), name="sync")
+    x = torch.arange(4.0, device="cuda")
+    assert torch.equal(graphed(x), x * 3) and torch.equal(graphed(x + 1), (x + 1) * 4)
+    assert not graphed.enabled and graphed.stats.captures == 0
+    assert "CUDA graph capture failed" in caplog.text
+    doubled = GraphedCall(lambda x: x * 2, name="double")
+    assert torch.equal(doubled(x), x * 2) and torch.equal(doubled(x + 1), (x + 1) * 2)
+    assert doubled.enabled and doubled.stats.captures == 1 and doubled.stats.replays == 2

@@ -41,8 +41,15 @@ def batch_plan(graphs: "GraphedCall | None", eager: Callable[..., torch.Tensor],
 
 
 def first_rows(audio: torch.Tensor, n: int) -> list[np.ndarray]:
-    """Audio [rows, samples] on any device -> its first ``n`` rows (the rest is padding)."""
-    return list(audio[:n].float().cpu().numpy())
+    """Audio [rows, samples] on any device -> its first ``n`` rows (the rest is padding).
+    On CUDA the decode thread sleeps until the GPU is done (a blocking-sync event) instead
+    of spinning inside the copy, which counts the GPU's whole decode time as host CPU."""
+    rows = audio[:n].float()
+    if rows.is_cuda:
+        done = torch.cuda.Event(blocking=True)
+        done.record()
+        done.synchronize()
+    return list(rows.cpu().numpy())
 
 
 @dataclass
@@ -96,8 +103,13 @@ class GraphedCall:
 
     def _capture(self, shape: Shape, inputs: Sequence[torch.Tensor]) -> _Captured | None:
         """Warm up on a side stream (as PyTorch requires), capture, then check one replay
-        against the eager result on the same inputs."""
+        against the eager result on the same inputs. A graph records CUDA work only: a call
+        on CPU tensors would capture nothing and replay its first answer for every input (seen
+        on a GPU machine), so such a call is never captured."""
         try:
+            if not all(t.is_cuda for t in inputs):
+                raise ValueError("CUDA graphs record CUDA work only; inputs are on "
+                                 + ", ".join(sorted({str(t.device) for t in inputs})))
             static = tuple(t.detach().clone() for t in inputs)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
