@@ -61,6 +61,10 @@ def test_gpu_script_runs_on_cpu():
     calls = _rows("gpu_codec_calls_cpu_small")
     assert [(r["window_frames"], r["batch"]) for r in calls] == [(6, 1), (6, 2)]
     assert all(r["eager_host_cpu_ms"] > 0 and r["max_abs_diff"] == 0 for r in calls)
+    calls = _rows("gpu_bicodec_calls_cpu_small")
+    assert [(r["codec"], r["window_frames"], r["batch"]) for r in calls] == [
+        ("bicodec", 30, 1), ("bicodec", 30, 2)]
+    assert all(r["eager_host_cpu_ms"] > 0 and r["max_abs_diff"] == 0 for r in calls)
 
 
 @pytest.mark.engine  # starts its own vLLM engine
@@ -123,3 +127,14 @@ def test_control_plane_bench():
         assert 0 < r["ours_in_run_ms_per_audio_s"] < r["server_cpu_ms_per_audio_s"]
     md = (Path(os.environ["VEENA_BENCH_RESULTS"]) / "control_plane.md").read_text()
     assert md.startswith("| case | mode |") and "Largest N held" in md
+
+
+def test_control_plane_bench_with_the_real_snac_decoder():
+    """``--codec snac``: the product's SnacCodec in place of the sleep (eager on CPU)."""
+    _run(sys.executable, "bench/control_plane.py", "--streams", "2", "--cases", "normal",
+         "--modes", "adaptive", "--frames", "12", "--stagger-s", "0.2", "--codec", "snac",
+         "--no-pipeline-alone", "--label", "_snac")
+    (row,) = _rows("control_plane_snac")
+    assert row["codec"] == "snac eager" and row["done"] == 2
+    assert row["audio_s_per_stream"] == pytest.approx(12 * 2048 / 24000)
+    assert "graph_replays" not in row  # graphs are off on CPU
