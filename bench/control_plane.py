@@ -35,7 +35,6 @@ from _fake_async_llm import FakeAsyncLLM, fake_vllm_engine
 from aiohttp import web
 
 from livekit.plugins.veena.models.profiles import VEENA
-from livekit.plugins.veena.pipeline.pacing import window_sizes
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
@@ -90,7 +89,7 @@ class CodecSpec:
 @functools.cache
 def make_codec(spec: CodecSpec):
     """One codec per process, shared by every run in it, so that CUDA graphs are captured
-    once (in the warm-up run) and not inside a measured run."""
+    once, by the first pipeline to start (before the warm-up run)."""
     if spec.name == "gpu-like":
         return GpuLikeCodec()
     import torch
@@ -98,26 +97,8 @@ def make_codec(spec: CodecSpec):
     from livekit.plugins.veena.codecs.snac import SnacCodec
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    codec = SnacCodec.random(seed=1, device=device, cuda_graphs=spec.cuda_graphs)
-    if codec.graphs is not None:
-        _capture_steady_shapes(codec, spec.max_batch)
-    return codec
-
-
-def _capture_steady_shapes(codec, max_batch: int) -> None:
-    """Every (batch bucket, window) shape the planner's steady windows take, captured before
-    any run (a stream's last window has its own length and is captured when it comes)."""
-    from livekit.plugins.veena.codecs.base import CodecInput
-    from livekit.plugins.veena.codecs.cuda_graphs import batch_bucket
-
-    w, pacing = PipelineOptions.snac_window, PipelineOptions.snac_pacing
-    steps = {w.first + w.right} | {s + w.left + w.right
-                                   for s in window_sizes(w.first, pacing.max_new)}
-    buckets = sorted({batch_bucket(n, max_batch) for n in range(1, max_batch + 1)})
-    for n in buckets:
-        for frames in sorted(steps):
-            codec.decode([CodecInput(np.zeros((frames, 7), np.int64), start_step=0, seed=i)
-                          for i in range(n)])
+    # its graphs are captured when a pipeline starts (``Pipeline.window_steps``)
+    return SnacCodec.random(seed=1, device=device, cuda_graphs=spec.cuda_graphs)
 
 
 def graph_counts(spec: CodecSpec) -> dict:

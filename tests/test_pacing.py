@@ -12,7 +12,12 @@ from livekit.plugins.veena.pipeline.pacing import (
     PacingOptions,
     window_sizes,
 )
-from livekit.plugins.veena.pipeline.windowing import Window, WindowOptions, WindowPlanner
+from livekit.plugins.veena.pipeline.windowing import (
+    Window,
+    WindowOptions,
+    WindowPlanner,
+    steady_window_steps,
+)
 
 STEP_S = 2048 / 24000  # one SNAC frame
 OPTS = WindowOptions(first=2, new=8, left=2, right=2)
@@ -401,3 +406,17 @@ def test_unmeasured_sizes_are_tried_one_step_at_a_time():
     assert planner.choose_size(40 * STEP_S) == 8
     measured[12] = 0.1  # the 8-step size keeps up: it stays there
     assert planner.choose_size(40 * STEP_S) == 8
+
+
+@pytest.mark.parametrize("rate_x", [0.9, 1.0, 2.0])
+@pytest.mark.parametrize("all_at_once", [False, True])
+def test_windows_take_only_the_shapes_captured_before_serving(rate_x, all_at_once):
+    """CUDA graphs are captured at start for ``steady_window_steps`` (``Pipeline.
+    window_steps``): every window but a stream's last has one of those shapes."""
+    windows, _, _ = simulate(rate_x, 120, COST, all_at_once=all_at_once)
+    shapes = steady_window_steps(OPTS, window_sizes(OPTS.first, PacingOptions().max_new))
+    assert {w.steps for w in windows[:-1]} <= set(shapes)
+    ramp, _, _ = simulate_ramp(rate_x, 120, COST)
+    ramp_sizes = set(window_sizes(OPTS.first, OPTS.new)) | {OPTS.new}
+    assert {w.steps for w in ramp[:-1]} <= set(steady_window_steps(OPTS, ramp_sizes))
+

@@ -13,9 +13,11 @@ import torch
 
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
-from livekit.plugins.veena.codecs.cuda_graphs import GraphedCall, batch_bucket
+from livekit.plugins.veena.codecs.cuda_graphs import GraphedCall, batch_bucket, capture_windows
 from livekit.plugins.veena.codecs.snac import SnacCodec
-from livekit.plugins.veena.pipeline.pipeline import PipelineOptions
+from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.engine import EngineOptions, VllmEngine
+from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
 
 def _windows(n, frames=6, seed=0):
@@ -110,3 +112,26 @@ def test_a_call_that_syncs_the_host_is_not_captured_on_cuda(caplog):
     doubled = GraphedCall(lambda x: x * 2, name="double")
     assert torch.equal(doubled(x), x * 2) and torch.equal(doubled(x + 1), (x + 1) * 2)
     assert doubled.enabled and doubled.stats.captures == 1 and doubled.stats.replays == 2
+
+
+@pytest.mark.parametrize("adaptive, steps", [(True, [4, 6, 8, 12, 20, 36]), (False, [4, 6, 8, 12])])
+def test_the_window_shapes_captured_before_serving(snac_codec, adaptive, steps):
+    """SNAC's defaults (first 2, L = R = 2; adaptive sizes 2-32, the ramp's 2-8): the first
+    window (2 + 2 right) and each steady size with its context. ``tests/test_pacing.py``
+    checks that the planners' windows take only these shapes."""
+    pipeline = Pipeline(VllmEngine(EngineOptions(model="unused")), snac_codec, VEENA,
+                        PipelineOptions(adaptive_windows=adaptive))
+    assert pipeline.window_steps() == steps
+    assert capture_windows(snac_codec, steps, 16) == 0  # no graphs on CPU: nothing decoded
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_shapes_captured_before_serving_are_replayed_on_cuda():
+    codec = SnacCodec.random(seed=5, device="cuda", cuda_graphs=True)
+    assert capture_windows(codec, [4, 6], max_batch=3) == 6  # buckets 1, 2, 4 x 2 windows
+    eager = SnacCodec.random(seed=5, device="cuda", cuda_graphs=False)
+    batch = _windows(3, frames=6, seed=1)
+    for a, b in zip(eager.decode(batch), codec.decode(batch)):
+        np.testing.assert_allclose(b, a, atol=1e-4, rtol=0)
+    assert codec.graphs.stats.captures == 6 and codec.graphs.enabled
+

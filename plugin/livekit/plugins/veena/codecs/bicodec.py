@@ -57,7 +57,7 @@ class BiCodecCodec:
         self.model = model.to(device).eval().float()
         self.device = torch.device(device)
         self.samples_per_step = model.decoder.hop
-        self._max_graph_batch = max_graph_batch
+        self.max_graph_batch = max_graph_batch
         self.graphs = graphed_or_none(self._decode_tensors, self.device, cuda_graphs,
                                       name="bicodec")
 
@@ -94,7 +94,7 @@ class BiCodecCodec:
         """The decode call for ``batch`` and its device tensors: the graph's, with the batch
         padded to its bucket, or the eager one. Audio rows past ``len(batch)`` are padding."""
         n = len(batch)
-        call, rows = batch_plan(self.graphs, self._decode_tensors, n, self._max_graph_batch)
+        call, rows = batch_plan(self.graphs, self._decode_tensors, n, self.max_graph_batch)
         semantic = np.zeros((rows, np.asarray(batch[0].codes).shape[0]), dtype=np.int64)
         semantic[:n] = np.stack([np.asarray(b.codes) for b in batch])
         speaker = np.zeros((rows, 32), dtype=np.int64)
@@ -108,6 +108,10 @@ class BiCodecCodec:
         call, inputs = self.batch_call(batch)
         return first_rows(call(*inputs), len(batch))
 
+    def blank_window(self, steps: int, seed: int = 0) -> CodecInput:
+        """A window of ``steps`` zero tokens with zero speaker ids (warm-up, graph captures)."""
+        return CodecInput(codes=np.zeros(steps, np.int64), start_step=0, seed=seed,
+                          speaker=np.zeros(32, np.int64))
+
     def warmup(self) -> None:
-        self.decode([CodecInput(codes=np.zeros(10, np.int64), start_step=0, seed=0,
-                                speaker=np.zeros(32, np.int64))])
+        self.decode([self.blank_window(10)])

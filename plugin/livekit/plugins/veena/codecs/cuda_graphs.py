@@ -143,6 +143,23 @@ class GraphedCall:
         return captured
 
 
+def capture_windows(codec, window_steps: Sequence[int], max_batch: int) -> int:
+    """Capture now, before any stream, the graph of every (batch bucket up to ``max_batch``,
+    window of ``window_steps``) shape: a capture while serving holds the decode thread for
+    tens of milliseconds, and every stream's next window waits behind it. ``codec`` has
+    ``graphs``, ``max_graph_batch``, ``blank_window(steps, seed)`` and ``decode``. Returns how
+    many graphs were captured."""
+    graphs = codec.graphs
+    if graphs is None:
+        return 0
+    before = graphs.stats.captures
+    top = min(max_batch, codec.max_graph_batch)
+    for rows in sorted({batch_bucket(n, top) for n in range(1, top + 1)}):
+        for steps in window_steps:
+            codec.decode([codec.blank_window(steps, seed=i) for i in range(rows)])
+    return graphs.stats.captures - before
+
+
 def graphed_or_none(fn: Callable[..., torch.Tensor], device: torch.device, enabled: bool, *,
                     name: str) -> GraphedCall | None:
     """A ``GraphedCall`` where graphs are asked for and the device is CUDA, else None."""

@@ -116,7 +116,7 @@ class SnacCodec:
         self._keys = _NoiseKeys()
         self._keys.enabled = noise
         self._install_keyed_noise()
-        self._max_graph_batch = max_graph_batch
+        self.max_graph_batch = max_graph_batch
         self.graphs = graphed_or_none(self._decode_tensors, self.device, cuda_graphs, name="snac")
 
     def _install_keyed_noise(self) -> None:
@@ -162,7 +162,7 @@ class SnacCodec:
         """The decode call for ``batch`` and its device tensors: the graph's, with the batch
         padded to its bucket, or the eager one. Audio rows past ``len(batch)`` are padding."""
         n = len(batch)
-        call, rows = batch_plan(self.graphs, self._decode_tensors, n, self._max_graph_batch)
+        call, rows = batch_plan(self.graphs, self._decode_tensors, n, self.max_graph_batch)
         per_item = [self._levels(np.asarray(item.codes)) for item in batch]
         seeds = np.zeros(rows, dtype=np.int64)
         seeds[:n] = [item.seed & _MASK31 for item in batch]
@@ -182,6 +182,10 @@ class SnacCodec:
         call, inputs = self.batch_call(batch)
         return first_rows(call(*inputs), len(batch))
 
+    def blank_window(self, steps: int, seed: int = 0) -> CodecInput:
+        """A window of ``steps`` all-zero frames (warm-up and graph captures)."""
+        frames = np.zeros((steps, sum(len(c) for c in self._level_cols)), dtype=np.int64)
+        return CodecInput(codes=frames, start_step=0, seed=seed)
+
     def warmup(self) -> None:
-        frames = np.zeros((4, sum(len(c) for c in self._level_cols)), dtype=np.int64)
-        self.decode([CodecInput(codes=frames, start_step=0, seed=0)])
+        self.decode([self.blank_window(4)])

@@ -12,6 +12,7 @@ import importlib.util
 import logging
 import math
 import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -31,12 +32,12 @@ from .chunking import ChunkerOptions, chunk_text
 from .engine import EngineOptions, SamplingOptions, VllmEngine
 from .engine_options import draw_seed
 from .gc_heap import freeze_startup_heap, full_collections
-from .pacing import PacingOptions
+from .pacing import PacingOptions, window_sizes
 from .parsing import TokenTable
 from .request_run import piece_seed
 from .scheduler import DecodeScheduler, SchedulerOptions
 from .synthesis import AudioChunk, EmptyTextError, Synthesis
-from .windowing import WindowOptions
+from .windowing import WindowOptions, steady_window_steps
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +189,29 @@ class Pipeline:
     def sample_rate(self) -> int:
         return self.profile.sample_rate
 
+    def window_steps(self) -> list[int]:
+        """The window shapes (codec steps) this pipeline's planner decodes in steady state."""
+        w = self.window
+        if self.options.adaptive_windows:
+            sizes = set(window_sizes(w.first, max(w.first, self.pacing.max_new)))
+        else:  # the ramp: first, then doubling up to ``new``
+            sizes = set(window_sizes(w.first, max(w.first, w.new))) | {w.new}
+        return steady_window_steps(w, sizes)
+
+    def _warm_codec(self) -> None:
+        """One decode; where the codec replays CUDA graphs, every steady window shape is
+        captured now rather than in the middle of serving."""
+        self.codec.warmup()
+        if getattr(self.codec, "graphs", None) is None:
+            return
+        from ..codecs.cuda_graphs import capture_windows  # torch: a local engine only
+
+        started = time.perf_counter()
+        captured = capture_windows(self.codec, self.window_steps(),
+                                   self.options.scheduler.max_batch)
+        logger.info("CUDA graphs captured before serving", extra={
+            "graphs": captured, "ms": round((time.perf_counter() - started) * 1000)})
+
     @property
     def ready(self) -> bool:
         """Started, codec warm, and the engine alive."""
@@ -231,7 +255,7 @@ class Pipeline:
         if timeout is None:
             timeout = self.engine.options.startup_timeout_s
         if self._warm is None:
-            self._warm = asyncio.get_running_loop().run_in_executor(None, self.codec.warmup)
+            self._warm = asyncio.get_running_loop().run_in_executor(None, self._warm_codec)
         await self.engine.start(timeout)
         await asyncio.shield(self._warm)
         if not self._ready:

@@ -16,6 +16,7 @@ whatever right context there is, which matches a one-pass decode there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,14 @@ class Window:
     @property
     def is_last(self) -> bool:
         return self.keep_end == self.end
+
+
+def steady_window_steps(window: WindowOptions, sizes: Iterable[int]) -> list[int]:
+    """Codec steps of the first window and of a window of each of ``sizes`` new steps with
+    its left context full: the shapes a stream's windows take, bar its last one and, where
+    ``first`` is below ``left``, its first few."""
+    return sorted({window.first + window.right}
+                  | {window.left + s + window.right for s in sizes})
 
 
 class WindowPlanner:
