@@ -13,7 +13,12 @@ import torch
 
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
-from livekit.plugins.veena.codecs.cuda_graphs import GraphedCall, batch_bucket, capture_windows
+from livekit.plugins.veena.codecs.cuda_graphs import (
+    GraphedCall,
+    batch_bucket,
+    batch_buckets,
+    capture_windows,
+)
 from livekit.plugins.veena.codecs.snac import SnacCodec
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.engine import EngineOptions, VllmEngine
@@ -30,6 +35,16 @@ def test_batch_bucket():
     assert [batch_bucket(n, 64) for n in (1, 2, 3, 4, 5, 8, 9, 33, 64)] == \
         [1, 2, 4, 4, 8, 8, 16, 64, 64]
     assert batch_bucket(65, 64) is None and batch_bucket(17, 16) is None
+
+
+def test_batch_buckets():
+    """What a pipeline captures before serving: every padded size its batches replay at. A
+    maximum that is not a power of two still has its top bucket (a batch of 3 pads to 4):
+    the first version of the capture failed there on the H200, in the CUDA-only test below."""
+    assert batch_buckets(16, 64) == [1, 2, 4, 8, 16]
+    assert batch_buckets(3, 64) == [1, 2, 4]
+    assert batch_buckets(20, 64) == [1, 2, 4, 8, 16, 32]
+    assert batch_buckets(100, 64) == [1, 2, 4, 8, 16, 32, 64]
 
 
 def test_graphs_are_off_on_cpu():

@@ -143,6 +143,13 @@ class GraphedCall:
         return captured
 
 
+def batch_buckets(max_batch: int, max_bucket: int) -> list[int]:
+    """The padded sizes that batches of 1 to ``max_batch`` windows replay at (a batch of 3
+    replays as 4); batches past ``max_bucket`` decode eagerly."""
+    buckets = {batch_bucket(n, max_bucket) for n in range(1, max_batch + 1)}
+    return sorted(b for b in buckets if b is not None)
+
+
 def capture_windows(codec, window_steps: Sequence[int], max_batch: int) -> int:
     """Capture now, before any stream, the graph of every (batch bucket up to ``max_batch``,
     window of ``window_steps``) shape: a capture while serving holds the decode thread for
@@ -153,8 +160,7 @@ def capture_windows(codec, window_steps: Sequence[int], max_batch: int) -> int:
     if graphs is None:
         return 0
     before = graphs.stats.captures
-    top = min(max_batch, codec.max_graph_batch)
-    for rows in sorted({batch_bucket(n, top) for n in range(1, top + 1)}):
+    for rows in batch_buckets(max_batch, codec.max_graph_batch):
         for steps in window_steps:
             codec.decode([codec.blank_window(steps, seed=i) for i in range(rows)])
     return graphs.stats.captures - before
