@@ -170,6 +170,21 @@ def test_a_bad_worker_setting_is_one_clear_line(tiny_model_dir, tmp_path, args, 
     assert says in log and "Traceback" not in log, log
 
 
+@pytest.mark.parametrize("args, env, says", [
+    ([], {"VEENA_PORT": "http"}, "VEENA_PORT='http' is not a valid int"),
+    ([], {"VEENA_PORT": "70000"}, "port must be in [0, 65535], got 70000"),
+    (["--port", "-1"], {}, "port must be in [0, 65535], got -1"),
+])
+def test_a_bad_port_is_one_clear_line(tiny_model_dir, tmp_path, args, env, says):
+    with (tmp_path / "serve.log").open("wb") as log:
+        code = subprocess.run(
+            [sys.executable, "-m", "livekit.plugins.veena.cli", "serve", "--model",
+             tiny_model_dir, *args], env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+            stderr=log, timeout=300).returncode
+    text = (tmp_path / "serve.log").read_text()
+    assert code == 2 and says in text and "Traceback" not in text, text
+
+
 def test_a_port_in_use_is_one_clear_line(tiny_model_dir, tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

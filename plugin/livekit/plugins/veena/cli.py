@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--model", default=None)
     serve.add_argument("--profile", default=None)
     serve.add_argument("--host", default=os.environ.get("VEENA_HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=int(os.environ.get("VEENA_PORT", "8700")))
+    serve.add_argument("--port", type=int, default=None, help="default VEENA_PORT, 8700")
     serve.add_argument("--workers", type=int, default=None,
                        help="server processes sharing the port, each with its own engine on "
                             "1/N of the GPU memory share (default VEENA_SERVER_WORKERS, 1)")
@@ -276,11 +276,14 @@ def main(argv: list[str] | None = None) -> int:
 
         model = _resolve_model(args.model, args.profile)
         try:
+            port = args.port if args.port is not None else env_int("VEENA_PORT", 8700)
+            if not 0 <= port <= 65535:
+                raise ValueError(f"port must be in [0, 65535], got {port}")
             workers = args.workers if args.workers is not None else env_int(
                 "VEENA_SERVER_WORKERS", 1)
             if workers == 1:
-                return run_server(model, profile=args.profile, host=args.host, port=args.port)
-            return run_workers(model, profile=args.profile, host=args.host, port=args.port,
+                return run_server(model, profile=args.profile, host=args.host, port=port)
+            return run_workers(model, profile=args.profile, host=args.host, port=port,
                                workers=workers, verbose=args.verbose)
         except (ValueError, OSError) as e:  # a bad count, a port in use: one clear line
             logger.error("cannot start the server: %s", e)
