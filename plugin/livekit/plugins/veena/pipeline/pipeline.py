@@ -184,6 +184,7 @@ class Pipeline:
         self._speaker_lock = threading.Lock()
         self._ready = False
         self._warm: asyncio.Future | None = None
+        self._graphs: asyncio.Future | None = None
 
     @property
     def sample_rate(self) -> int:
@@ -198,10 +199,10 @@ class Pipeline:
             sizes = set(window_sizes(w.first, max(w.first, w.new))) | {w.new}
         return steady_window_steps(w, sizes)
 
-    def _warm_codec(self) -> None:
-        """One decode; where the codec replays CUDA graphs, every steady window shape is
-        captured now rather than in the middle of serving."""
-        self.codec.warmup()
+    def _capture_graphs(self) -> None:
+        """Where the codec replays CUDA graphs, every steady window shape is captured now
+        rather than in the middle of serving. After vLLM has started: it sizes its KV cache
+        from the memory free while it starts, and the graphs' memory pool must not be in it."""
         if getattr(self.codec, "graphs", None) is None:
             return
         from ..codecs.cuda_graphs import capture_windows  # torch: a local engine only
@@ -254,10 +255,14 @@ class Pipeline:
             return
         if timeout is None:
             timeout = self.engine.options.startup_timeout_s
+        loop = asyncio.get_running_loop()
         if self._warm is None:
-            self._warm = asyncio.get_running_loop().run_in_executor(None, self._warm_codec)
+            self._warm = loop.run_in_executor(None, self.codec.warmup)
         await self.engine.start(timeout)
         await asyncio.shield(self._warm)
+        if self._graphs is None:
+            self._graphs = loop.run_in_executor(None, self._capture_graphs)
+        await asyncio.shield(self._graphs)
         if not self._ready:
             self.table.as_lists()  # the tokenizer and token table, before the first request
             if self.options.freeze_gc_heap:
