@@ -10,12 +10,14 @@ import pytest
 from livekit.plugins.veena.pipeline.pacing import (
     AdaptivePlanner,
     PacingOptions,
+    planner_sizes,
     window_sizes,
 )
 from livekit.plugins.veena.pipeline.windowing import (
     Window,
     WindowOptions,
     WindowPlanner,
+    ramp_sizes,
     steady_window_steps,
 )
 
@@ -414,9 +416,8 @@ def test_windows_take_only_the_shapes_captured_before_serving(rate_x, all_at_onc
     """CUDA graphs are captured at start for ``steady_window_steps`` (``Pipeline.
     window_steps``): every window but a stream's last has one of those shapes."""
     windows, _, _ = simulate(rate_x, 120, COST, all_at_once=all_at_once)
-    shapes = steady_window_steps(OPTS, window_sizes(OPTS.first, PacingOptions().max_new))
+    shapes = steady_window_steps(OPTS, planner_sizes(OPTS, PacingOptions()))
     assert {w.steps for w in windows[:-1]} <= set(shapes)
     ramp, _, _ = simulate_ramp(rate_x, 120, COST)
-    ramp_sizes = set(window_sizes(OPTS.first, OPTS.new)) | {OPTS.new}
-    assert {w.steps for w in ramp[:-1]} <= set(steady_window_steps(OPTS, ramp_sizes))
+    assert {w.steps for w in ramp[:-1]} <= set(steady_window_steps(OPTS, ramp_sizes(OPTS)))
 

@@ -273,12 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         from .server.app import run_server
         from .server.workers import run_workers
         from .settings import env_int
+        from .validation import check_int
 
         model = _resolve_model(args.model, args.profile)
         try:
-            port = args.port if args.port is not None else env_int("VEENA_PORT", 8700)
-            if not 0 <= port <= 65535:
-                raise ValueError(f"port must be in [0, 65535], got {port}")
+            port = check_int("port", args.port if args.port is not None
+                             else env_int("VEENA_PORT", 8700), 0, 65535)
             workers = args.workers if args.workers is not None else env_int(
                 "VEENA_SERVER_WORKERS", 1)
             if workers == 1:

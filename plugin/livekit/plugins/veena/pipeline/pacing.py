@@ -69,6 +69,11 @@ def window_sizes(first: int, max_new: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def planner_sizes(window: WindowOptions, pacing: PacingOptions) -> tuple[int, ...]:
+    """The new-step sizes the adaptive planner chooses among."""
+    return window_sizes(window.first, max(window.first, pacing.max_new))
+
+
 class AdaptivePlanner:
     """Pull planner: ``add`` steps as they arrive, ``delivered`` each window's audio as the
     listener gets it, and ask ``next_window`` whenever no window is in flight (and again at
@@ -81,7 +86,7 @@ class AdaptivePlanner:
         never measured (e.g. ``DecodeScheduler.decode_cost``)."""
         self.window = window.validate()
         self.pacing = pacing.validate()
-        self.sizes = window_sizes(window.first, max(window.first, pacing.max_new))
+        self.sizes = planner_sizes(window, pacing)
         self.step_s = step_s
         self._cost = decode_cost
         self._ctx = self.window.left + self.window.right

@@ -32,12 +32,12 @@ from .chunking import ChunkerOptions, chunk_text
 from .engine import EngineOptions, SamplingOptions, VllmEngine
 from .engine_options import draw_seed
 from .gc_heap import freeze_startup_heap, full_collections
-from .pacing import PacingOptions, window_sizes
+from .pacing import PacingOptions, planner_sizes
 from .parsing import TokenTable
 from .request_run import piece_seed
 from .scheduler import DecodeScheduler, SchedulerOptions
 from .synthesis import AudioChunk, EmptyTextError, Synthesis
-from .windowing import WindowOptions, steady_window_steps
+from .windowing import WindowOptions, ramp_sizes, steady_window_steps
 
 logger = logging.getLogger(__name__)
 
@@ -192,12 +192,9 @@ class Pipeline:
 
     def window_steps(self) -> list[int]:
         """The window shapes (codec steps) this pipeline's planner decodes in steady state."""
-        w = self.window
-        if self.options.adaptive_windows:
-            sizes = set(window_sizes(w.first, max(w.first, self.pacing.max_new)))
-        else:  # the ramp: first, then doubling up to ``new``
-            sizes = set(window_sizes(w.first, max(w.first, w.new))) | {w.new}
-        return steady_window_steps(w, sizes)
+        sizes = (planner_sizes(self.window, self.pacing) if self.options.adaptive_windows
+                 else ramp_sizes(self.window))
+        return steady_window_steps(self.window, sizes)
 
     def _capture_graphs(self) -> None:
         """Where the codec replays CUDA graphs, every steady window shape is captured now

@@ -52,6 +52,16 @@ class Window:
         return self.keep_end == self.end
 
 
+def ramp_sizes(window: WindowOptions) -> list[int]:
+    """The new-step sizes of the fixed ramp (``WindowPlanner``): ``first``, then the steps
+    kept so far (doubling) up to ``new``."""
+    sizes, kept = {window.first}, window.first
+    while (size := min(window.new, max(window.first, kept))) != window.new:
+        sizes.add(size)
+        kept += size
+    return sorted(sizes | {window.new})
+
+
 def steady_window_steps(window: WindowOptions, sizes: Iterable[int]) -> list[int]:
     """Codec steps of the first window and of a window of each of ``sizes`` new steps with
     its left context full: the shapes a stream's windows take, bar its last one and, where
