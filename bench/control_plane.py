@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import multiprocessing as mp
 import socket
 import time
-from dataclasses import dataclass
 
 import numpy as np
 from _common import RESULTS, Listener, report, setup
@@ -76,7 +76,7 @@ class GpuLikeCodec:
         pass
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class CodecSpec:
     """Which codec the server decodes with: ``gpu-like`` (the sleep above) or ``snac`` (the
     product's ``SnacCodec``, random weights, CUDA graphs or not), and the scheduler's batch."""
@@ -102,10 +102,9 @@ def make_codec(spec: CodecSpec):
 
 
 def graph_counts(spec: CodecSpec) -> dict:
+    """The codec's CUDA graph captures, replays and eager calls so far (none: graphs off)."""
     graphs = getattr(make_codec(spec), "graphs", None)
-    stats = graphs.stats if graphs is not None else None
-    return {"captures": stats.captures, "replays": stats.replays,
-            "eager_calls": stats.eager_calls} if stats else {}
+    return dataclasses.asdict(graphs.stats) if graphs is not None else {}
 
 
 # -- the client process ---------------------------------------------------------------------
@@ -226,10 +225,12 @@ async def _listen(pipeline: Pipeline, n: int, port: int = 0,
 
 
 @contextlib.asynccontextmanager
-async def _measured(case: str, llm: FakeAsyncLLM):
-    """This process's CPU time and event-loop lags over the block, with ``case``'s
-    disturbance running meanwhile: a dict, filled with ``cpu`` once the block ends."""
+async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec):
+    """This process's CPU time, event-loop lags and codec graph calls over the block, with
+    ``case``'s disturbance running meanwhile: a dict, filled with ``cpu`` and ``graphs``
+    (``graph_captures``, ...) once the block ends."""
     out: dict = {"lags": []}
+    graphs = graph_counts(codec)
     cpu = time.process_time()
     monitor = asyncio.create_task(_lag_monitor(out["lags"]))
     disturb = asyncio.create_task(_disturb(case, llm))
@@ -239,13 +240,13 @@ async def _measured(case: str, llm: FakeAsyncLLM):
         out["cpu"] = time.process_time() - cpu
         monitor.cancel()
         disturb.cancel()
+        out["graphs"] = {f"graph_{k}": v - graphs[k] for k, v in graph_counts(codec).items()}
 
 
 async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
               compress: int = 0, codec: CodecSpec = CodecSpec()) -> dict:
     """``compress``: the permessage-deflate window the clients offer (0: none)."""
     llm, pipeline = await _pipeline(n, mode, frames, codec)
-    graphs_before = graph_counts(codec)
     runner, url = await _listen(pipeline, n)
     loop = asyncio.get_running_loop()
     ours, theirs = mp.get_context("spawn").Pipe()
@@ -255,7 +256,7 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     client.start()
     try:
         assert await loop.run_in_executor(None, ours.recv) == "start"
-        async with _measured(case, llm) as measured:
+        async with _measured(case, llm, codec) as measured:
             client_out = await loop.run_in_executor(None, ours.recv)
     finally:
         client.join(30)
@@ -264,13 +265,8 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     row = _row(case, mode, n, client_out["streams"], measured["cpu"], measured["lags"],
                llm.step_cpu_s)
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
-    row.update(_graphs_in_run(graphs_before, graph_counts(codec)))
+    row.update(measured["graphs"])
     return row
-
-
-def _graphs_in_run(before: dict, after: dict) -> dict:
-    """CUDA graph captures, replays and eager calls during a run (none where graphs are off)."""
-    return {f"graph_{k}": after[k] - before.get(k, 0) for k in after}
 
 
 def server_main(n: int, mode: str, case: str, frames: int, port: int, conn,
@@ -286,17 +282,15 @@ async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn,
                  codec: CodecSpec) -> None:
     llm, pipeline = await _pipeline(n, mode, frames, codec)
     await _warm_up(pipeline, n)
-    graphs_before = graph_counts(codec)
     runner, _ = await _listen(pipeline, n, port, reuse_port=True)
     loop = asyncio.get_running_loop()
     try:
         conn.send("listening")
         assert await loop.run_in_executor(None, conn.recv) == "start"
-        async with _measured(case, llm) as measured:
+        async with _measured(case, llm, codec) as measured:
             assert await loop.run_in_executor(None, conn.recv) == "stop"
         conn.send({"cpu": measured["cpu"], "lags": measured["lags"],
-                   "step_cpu": llm.step_cpu_s,
-                   "graphs": _graphs_in_run(graphs_before, graph_counts(codec))})
+                   "step_cpu": llm.step_cpu_s, "graphs": measured["graphs"]})
     finally:
         await runner.cleanup()
         await pipeline.aclose()
@@ -364,7 +358,6 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float,
                              codec: CodecSpec = CodecSpec()) -> dict:
     """N real-time turns straight through the pipeline, heard where ``push`` delivers."""
     llm, pipeline = await _pipeline(n, mode, frames, codec)
-    graphs_before = graph_counts(codec)
     sampling = pipeline.default_sampling()
 
     async def one(i: int) -> dict:
@@ -380,14 +373,14 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float,
                 "end": "done"}
 
     try:
-        async with _measured("pipeline_alone", llm) as measured:
+        async with _measured("pipeline_alone", llm, codec) as measured:
             results = await asyncio.gather(*(one(i) for i in range(n)))
     finally:
         await pipeline.aclose()
     row = _row("pipeline_alone", mode, n, results, measured["cpu"], measured["lags"],
                llm.step_cpu_s)
     row["client_lag_max_ms"] = None  # the listeners are in this process
-    row.update(_graphs_in_run(graphs_before, graph_counts(codec)))
+    row.update(measured["graphs"])
     return row
 
 
