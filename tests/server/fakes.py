@@ -131,9 +131,11 @@ class FakeServer:
         self.engine: FakeEngine = pipeline.engine  # type: ignore[assignment]
 
     def idle(self) -> bool:
-        """No context, stream slot, queued stream or engine request is left."""
+        """No context (nor its keepalive timer), stream slot, queued stream or engine request
+        is left."""
         s = self.state
-        return (not s.contexts and s.admission.active == 0 and s.admission.queued == 0
+        return (not s.contexts and not s.keepalive_running
+                and s.admission.active == 0 and s.admission.queued == 0
                 and not self.engine.live
                 and not [t for t in asyncio.all_tasks()
                          if t.get_name().startswith("veena-ctx-") and not t.done()])

@@ -147,6 +147,31 @@ async def test_a_context_waiting_for_text_holds_no_stream_slot():
         await poll_until(server.settled, "nothing left", polls=GUARD_POLLS)
 
 
+async def test_silent_contexts_hear_keepalives_from_one_timer_until_they_end():
+    """Two connections' contexts wait for text: each hears ``waiting`` events (one timer
+    serves every connection), none after its terminal event, and the timer stops with the
+    last context."""
+    opts = ServerOptions(keepalive_s=0.05, context_idle_s=3600)
+    async with fake_server(opts) as server:
+        readers = [await _open(server) for _ in range(2)]
+        for i, r in enumerate(readers):
+            await r.ws.send_together([speak(f"c{i}", "Hi", True)])
+        await poll_until(lambda: all(len(r.of(f"c{i}", "waiting")) >= 3
+                                     for i, r in enumerate(readers)),
+                         "keepalives on both connections", polls=GUARD_POLLS)
+        assert server.state.keepalive_running
+        for i, r in enumerate(readers):
+            await r.ws.send_together([{"type": "cancel", "context_id": f"c{i}"}])
+        await poll_until(server.idle, "both contexts and the timer ended", polls=GUARD_POLLS)
+        for i, r in enumerate(readers):
+            await poll_until(lambda: r.terminal(f"c{i}"), "the terminal event",
+                             polls=GUARD_POLLS)
+            kinds = [e["type"] for e in r.events if e.get("context_id") == f"c{i}"]
+            assert kinds[-1] == "cancelled" and "waiting" not in kinds[kinds.index("cancelled"):]
+            assert not r.audio.get(f"c{i}")
+            await r.stop()
+
+
 async def test_an_idle_context_ends_with_idle_timeout():
     async with fake_server(ServerOptions(context_idle_s=0.2)) as server:
         r = await _open(server)

@@ -2,7 +2,9 @@
 
 A producer task reads the engine's tokens and parses them through the family's track; the
 planner says which window to decode next and the run submits it to the decode scheduler; the
-consumer (``audio()``) awaits the windows in order and stitches them. With listener-paced
+consumer (``audio()``) takes the decoded windows in order and stitches them: it wakes once
+per decoded window (a window's decode completing hands it over, in submission order), never
+to learn that a window was merely submitted. With listener-paced
 windows (``pacing.AdaptivePlanner``, the default) a run keeps one window in the decoder and
 sizes the next one when that one is decoded; with the fixed ramp every window goes out as soon as
 it is decodable. ``aclose()`` is the one place where a run ends: it stops the producer (which
@@ -13,6 +15,7 @@ handed out, so nothing outlives a cancelled or failed run.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -101,7 +104,13 @@ class RequestRun:
                                  int(pipeline.options.crossfade_ms * pipeline.sample_rate / 1000))
         self.seed = piece_seed(synthesis.seed, index)
         self.engine_request_ids: list[str] = []
-        self._windows: asyncio.Queue[tuple[Window, asyncio.Future] | None] = asyncio.Queue()
+        self._submitted: collections.deque[tuple[Window, asyncio.Future]] = collections.deque()
+        """Windows handed to the decoder, in order, until their turn to be delivered."""
+        self._decoded_windows: collections.deque[tuple[Window, asyncio.Future] | None] = (
+            collections.deque())
+        """Decoded windows (in order) the consumer has not taken; None: no more."""
+        self._consumer: asyncio.Future | None = None
+        self._no_more_windows = False
         self._producer: asyncio.Task | None = None
         self.pending_windows = 0
         self.awaiting_tokens = True
@@ -131,9 +140,11 @@ class RequestRun:
                                              name=f"veena-produce-{self.request_id}")
         timings = self._syn.timings
         try:
-            while (item := await self._windows.get()) is not None:
+            while (item := await self._next_decoded()) is not None:
                 window, fut = item
-                audio = await fut
+                if fut.cancelled():
+                    raise asyncio.CancelledError()
+                audio = fut.result()  # a decode failure is raised here, in order
                 self.pending_windows -= 1
                 self._moved()
                 if timings.first_decode_done is None:
@@ -143,6 +154,29 @@ class RequestRun:
             yield self.stitcher.finish(), True
         finally:
             await self.aclose()
+
+    async def _next_decoded(self) -> tuple[Window, asyncio.Future] | None:
+        while not self._decoded_windows:
+            self._consumer = asyncio.get_running_loop().create_future()
+            try:
+                await self._consumer
+            finally:
+                self._consumer = None
+        return self._decoded_windows.popleft()
+
+    def _hand_over(self) -> None:
+        """Move the windows decoded at the front of the order to the consumer, and the end
+        once every submitted window has gone; wake the consumer if it waits."""
+        submitted, handed = self._submitted, False
+        while submitted and submitted[0][1].done():
+            self._decoded_windows.append(submitted.popleft())
+            handed = True
+        if self._no_more_windows and not submitted:
+            self._no_more_windows = False
+            self._decoded_windows.append(None)
+            handed = True
+        if handed and self._consumer is not None and not self._consumer.done():
+            self._consumer.set_result(None)
 
     async def aclose(self) -> None:
         """Stop generating (vLLM request aborted) and drop every window not yet decoded."""
@@ -155,11 +189,10 @@ class RequestRun:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._producer
         dropped = self._p.scheduler.cancel_request(self.request_id)
-        while not self._windows.empty():
-            item = self._windows.get_nowait()
-            if item is not None:
-                item[1].cancel()
-                dropped += 1
+        for _, fut in self._submitted:
+            dropped += fut.cancel()
+        self._submitted.clear()
+        self._decoded_windows.clear()
         if dropped:
             logger.info("dropped pending decode windows",
                         extra={"request_id": self.request_id, "windows": dropped})
@@ -212,9 +245,11 @@ class RequestRun:
             self._recheck = None
 
     def _end(self) -> None:
+        """No window follows: the consumer ends after the ones submitted so far."""
         if not self._ended:
             self._ended = True
-            self._windows.put_nowait(None)
+            self._no_more_windows = True
+            self._hand_over()
 
     def _submit(self, windows: list[Window]) -> None:
         timings = self._syn.timings
@@ -224,17 +259,17 @@ class RequestRun:
             self.pending_windows += 1
             self._in_flight += 1
             fut = self._p.scheduler.submit(self.request_id, self.track.window_input(w, self.seed))
-            if self.planner is not None:
-                fut.add_done_callback(functools.partial(self._decoded, w))
-            self._windows.put_nowait((w, fut))
+            fut.add_done_callback(functools.partial(self._decoded, w))
+            self._submitted.append((w, fut))
 
     def _decoded(self, window: Window, fut: asyncio.Future) -> None:
-        """Listener-paced: a window's audio exists, so the next one may be chosen. Its audio
-        counts as heard from now on, even if the consumer takes it later (a turn's next
-        piece waits for the one playing): the planner underestimates the listener's buffer
-        there, never overestimates it."""
+        """A window's decode ended: hand it over in order. Listener-paced, its audio exists,
+        so the next one may be chosen; its audio counts as heard from now on, even if the
+        consumer takes it later (a turn's next piece waits for the one playing): the planner
+        underestimates the listener's buffer there, never overestimates it."""
         self._in_flight -= 1
-        if fut.cancelled() or fut.exception() is not None:
+        self._hand_over()
+        if self.planner is None or fut.cancelled() or fut.exception() is not None:
             return
         self.planner.delivered(window, time.monotonic())
         self._pump()

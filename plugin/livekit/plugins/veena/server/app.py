@@ -59,6 +59,7 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
         pipeline.scheduler.remove_batch_listener(state.metrics.on_batch)
         pipeline.engine.remove_dead_listener(state.on_engine_dead)
         state.metrics.close()
+        state.close()
 
     app.on_cleanup.append(detach)
 

@@ -84,8 +84,8 @@ class Context:
         self._rate = state.pipeline.sample_rate
         self._failure: tuple[str, str] | None = None
         self._cancelled = False
-        state.contexts.add(self)
         self.task = asyncio.create_task(self._run(), name=f"veena-ctx-{cid}")
+        state.add_context(self)
         self.task.add_done_callback(self._ended)
 
     # -- the client's messages (called synchronously, in message order) -------------------
@@ -202,7 +202,10 @@ class Context:
         self._conn.out.put(item)
 
     def keepalive(self, every_s: float) -> None:
-        if time.monotonic() - self.last_sent >= every_s and not self.task.done():
+        """A ``waiting`` event if nothing went out for ``every_s`` and the context still
+        runs (an ending context's next message is its terminal event)."""
+        if (self.status != "ending" and time.monotonic() - self.last_sent >= every_s
+                and not self.task.done()):
             self._send(waiting_event(self.cid))
 
     def _push(self, pcm) -> None:
@@ -225,7 +228,7 @@ class Context:
         self.status = "ending"
         self._conn.forget(self)
         self._slot.give_back()
-        self._state.contexts.discard(self)
+        self._state.remove_context(self)
         error = None if task.cancelled() else task.exception()
         if self._failure is not None:
             outcome = self._failure[0]

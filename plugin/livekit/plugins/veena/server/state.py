@@ -45,6 +45,7 @@ class ServerState:
         """Every WebSocket context (``contexts.Context``) whose task has not ended, over all
         connections (kept here, not typed by it: contexts depend on this state, not back)."""
         self.connections = 0
+        self._keepalive: asyncio.TimerHandle | None = None
         self.voices: dict[str, VoiceFile] = (
             voices_in(options.voices_dir, pipeline.profile) if options.voices_dir else {})
         """Saved voices by name; a bad file stops the server at start-up with its reason. A
@@ -53,6 +54,41 @@ class ServerState:
         self.voice_names_taken: set[str] = set()
         """Names being saved right now (POST /v1/voices): a second upload is refused at once."""
         self.clone_lock = asyncio.Lock()
+
+    def add_context(self, ctx: Any) -> None:
+        """A context has started: it is failed with the others if the engine dies, and
+        hears keepalives while it is silent."""
+        self.contexts.add(ctx)
+        if self._keepalive is None:
+            self._keepalive = asyncio.get_running_loop().call_later(
+                self.options.keepalive_s / 2, self._keep_alive)
+
+    def remove_context(self, ctx: Any) -> None:
+        """A context has ended; the keepalive timer stops with the last one."""
+        self.contexts.discard(ctx)
+        if not self.contexts:
+            self.close()
+
+    @property
+    def keepalive_running(self) -> bool:
+        return self._keepalive is not None
+
+    def _keep_alive(self) -> None:
+        """One timer for every context of every connection (not a task per connection):
+        each live context silent for ``keepalive_s`` gets a ``waiting`` event. It runs while
+        there are contexts and stops with the last one."""
+        self._keepalive = None
+        for ctx in list(self.contexts):
+            ctx.keepalive(self.options.keepalive_s)
+        if self.contexts:
+            self._keepalive = asyncio.get_running_loop().call_later(
+                self.options.keepalive_s / 2, self._keep_alive)
+
+    def close(self) -> None:
+        """Stop the keepalive timer (the app is shutting down, or no context is left)."""
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
 
     def is_profile_voice(self, name: str) -> bool:
         """Names are compared case-insensitively: on a case-insensitive file system

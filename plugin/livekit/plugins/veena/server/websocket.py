@@ -284,14 +284,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
                     timer.cancel()
                 out.sent(unsent.popleft())
 
-    async def keepalive() -> None:
-        while True:
-            await asyncio.sleep(opts.keepalive_s / 2)
-            for ctx in list(conn.contexts.values()):
-                ctx.keepalive(opts.keepalive_s)
-
     write_task = asyncio.create_task(writer(), name="veena-ws-writer")
-    keepalive_task = asyncio.create_task(keepalive(), name="veena-ws-keepalive")
     try:
         async for msg in ws:
             if msg.type == WSMsgType.BINARY:
@@ -310,13 +303,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
     finally:
         state.connections -= 1
         state.metrics.connections.dec()
-        keepalive_task.cancel()
         await conn.close()
         out.end()  # the ended contexts' last messages (their terminal events) go out first
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(write_task, 1.0)
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await keepalive_task
         out.discard(unsent)
     return ws
 
