@@ -3,8 +3,10 @@
 The first chunk is a first request; later chunks are continuations that keep the voice
 (SNAC: the same speaker prompt and seed; BiCodec: the first chunk's captured 32 globals).
 At most ``max_chunks_in_flight`` chunks generate at once, so chunk k+1 generates while chunk
-k plays, and consecutive chunks are joined with a crossfade. The turn owns every request it
-starts: closing it aborts them all. Used by the in-process plugin and by the server.
+k plays, and consecutive chunks are joined with a crossfade. A chunk's audio is kept while an
+earlier one plays; the chunk playing hands each window on from the task generating it, so a
+window reaches the listener without waking the turn's own task. The turn owns every request
+it starts: closing it aborts them all. Used by the in-process plugin and by the server.
 
 Each chunk's text passes one gate as the turn accepts it: tags the profile does not perform
 are removed (the model would read ``<happy>`` aloud, and user text must not inject special
@@ -29,7 +31,6 @@ from .tags import spoken_text, strip_unknown_tags
 
 _unknown_tags_removed = 0
 _removed_listeners: list[Callable[[int], None]] = []
-_HAS_TIMEOUT = hasattr(asyncio, "timeout")
 
 
 def unknown_tags_removed() -> int:
@@ -86,6 +87,49 @@ async def _until(event: asyncio.Event, task: asyncio.Task) -> None:
         waiter.cancel()
 
 
+class _ChunkAudio:
+    """One chunk's audio on its way to the listener: kept while an earlier chunk plays,
+    handed straight to the turn's sink once it is the one playing, then its end (or the
+    failure that ended it, delivered where the listener reaches this chunk)."""
+
+    def __init__(self) -> None:
+        self._kept: list[np.ndarray] = []
+        self._sink: Callable[[np.ndarray], None] | None = None
+        self.samples = 0
+        self.ended = False
+        self.error: BaseException | None = None
+        self._ended = asyncio.get_running_loop().create_future()
+
+    def put(self, pcm: np.ndarray) -> None:
+        if self._sink is None:
+            self._kept.append(pcm)
+        else:
+            self._pass(pcm)
+
+    def _pass(self, pcm: np.ndarray) -> None:
+        self.samples += len(pcm)
+        self._sink(pcm)
+
+    def end(self, error: BaseException | None = None) -> None:
+        if not self.ended:
+            self.ended, self.error = True, error
+            self._ended.set_result(None)
+
+    def play(self, sink: Callable[[np.ndarray], None]) -> None:
+        """This chunk is the one playing: what was kept goes to ``sink`` now, the rest as
+        it comes."""
+        kept, self._kept = self._kept, []
+        self._sink = sink
+        for pcm in kept:
+            self._pass(pcm)
+
+    async def wait_end(self, timeout: float) -> None:
+        """Until the chunk ends or ``timeout`` passes (no cancellation of the waiting task:
+        the turn's task being cancelled is what stops its audio)."""
+        if not self.ended:
+            await asyncio.wait((self._ended,), timeout=timeout)
+
+
 class Turn:
     def __init__(self, pipeline: Pipeline, options: TurnOptions) -> None:
         self._p = pipeline
@@ -136,11 +180,11 @@ class Turn:
                            "profile": profile.name, "known_tags": list(known)})
         return clean
 
-    async def _prefetch(self, text: str, index: int, out: asyncio.Queue) -> None:
-        """Generate one chunk into ``out`` (float arrays, then None)."""
+    async def _prefetch(self, text: str, index: int, out: _ChunkAudio) -> None:
+        """Generate one chunk into ``out`` (float arrays, then its end)."""
         try:
             if not text.strip():  # nothing left to say once its tags were removed
-                out.put_nowait(None)
+                out.end()
                 return
             if (index != self._first_index and self.speaker_globals is None
                     and self._p.family.has_speaker_globals):
@@ -158,15 +202,15 @@ class Turn:
                 async for chunk in chunks:
                     self._learn_globals(syn.speaker_globals)
                     if len(chunk.pcm):
-                        out.put_nowait(chunk.pcm)
+                        out.put(chunk.pcm)
             self.chunk_globals.append(syn.speaker_globals)
-            out.put_nowait(None)
+            out.end()
         except EmptyTextError:
-            out.put_nowait(None)
+            out.end()
         except asyncio.CancelledError:
             raise
         except Exception as e:  # delivered in order, where the listener reaches this chunk
-            out.put_nowait(e)
+            out.end(e)
         finally:
             self._slots.release()
 
@@ -184,22 +228,22 @@ class Turn:
     async def speak(self, chunks: AsyncIterable[str], push: Callable[[np.ndarray], None]) -> None:
         """Synthesize ``chunks`` in order and ``push`` float audio, crossfading the seams
         (the caller rounds it to int16 at its edge)."""
-        order: asyncio.Queue[asyncio.Queue | None] = asyncio.Queue()
+        order: asyncio.Queue[_ChunkAudio | None] = asyncio.Queue()
 
         async def schedule() -> None:
             index = 0
             async for text in chunks:
                 await self._slots.acquire()
-                q: asyncio.Queue = asyncio.Queue()
+                audio = _ChunkAudio()
                 self._chunk_started[index] = time.monotonic()
                 self._request_ids[index] = self._p.engine.new_request_id()
                 text = self._accept(text, index)
                 if self._first_index is None and text.strip():
                     self._first_index = index
                 self._texts[index] = spoken_text(text)
-                self._tasks.append(asyncio.create_task(self._prefetch(text, index, q),
+                self._tasks.append(asyncio.create_task(self._prefetch(text, index, audio),
                                                        name=f"veena-chunk-{index}"))
-                order.put_nowait(q)
+                order.put_nowait(audio)
                 index += 1
             order.put_nowait(None)
 
@@ -207,19 +251,27 @@ class Turn:
         joiner = ChunkJoiner(int(self._opts.chunk_crossfade_ms * self._p.sample_rate / 1000))
         scheduler = asyncio.create_task(schedule(), name="veena-turn-schedule")
         rate = self._p.sample_rate
+        # a generating task hands the playing chunk's windows on; once this turn's task is
+        # being cancelled nothing more reaches the listener (cancelling(): Python 3.11+)
+        cancelling = getattr(asyncio.current_task(), "cancelling", lambda: 0)
+
+        def play(pcm: np.ndarray) -> None:
+            if cancelling():
+                return
+            pcm = joiner.push(pcm)
+            if len(pcm):
+                push(pcm)
+                self.audio_pushed = True
+
         try:
             index, start, spoken = 0, 0, False
-            while (q := await order.get()) is not None:
-                samples = 0
-                while (item := await self._next(q, index)) is not None:
-                    if isinstance(item, BaseException):
-                        raise item
-                    samples += len(item)
-                    pcm = joiner.push(item)
-                    if len(pcm):
-                        push(pcm)
-                        self.audio_pushed = True
+            while (chunk := await order.get()) is not None:
+                chunk.play(play)
+                await self._until_ended(chunk, index)
+                if chunk.error is not None:
+                    raise chunk.error
                 joiner.end_chunk()
+                samples = chunk.samples
                 if samples:  # a seam's crossfade counts as the earlier chunk's
                     end = start + samples - (joiner.crossfade if spoken else 0)
                     if self._texts[index]:
@@ -242,25 +294,14 @@ class Turn:
         started = self._chunk_started.get(index, time.monotonic())
         return max(started, first.progress_at()) if first is not None else started
 
-    async def _next(self, q: asyncio.Queue, index: int):
-        """The chunk's next item; TurnTimeout once it has made no progress for ``timeout``.
-
-        Called once per decoded window: an item already there is taken at once, and a wait
-        is bounded by one timer on this task (``asyncio.timeout``), not by ``wait_for``'s
-        extra Task per call."""
-        while True:
-            if not q.empty():
-                return q.get_nowait()
+    async def _until_ended(self, chunk: _ChunkAudio, index: int) -> None:
+        """Until the chunk ends; TurnTimeout once it has made no progress for ``timeout``
+        (one timer per wait, not one per window)."""
+        while not chunk.ended:
             remaining = self._progress_at(index) + self._opts.timeout - time.monotonic()
             if remaining <= 0:
                 raise TurnTimeout(f"no progress from the engine for {self._opts.timeout:.1f} s")
-            try:
-                if _HAS_TIMEOUT:
-                    async with asyncio.timeout(remaining):
-                        return await q.get()
-                return await asyncio.wait_for(q.get(), remaining)  # Python 3.10
-            except asyncio.TimeoutError:
-                continue
+            await chunk.wait_end(remaining)
 
     async def aclose(self, *extra: asyncio.Task) -> None:
         tasks = [t for t in (*self._tasks, *extra) if not t.done()]

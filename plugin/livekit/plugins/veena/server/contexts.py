@@ -44,7 +44,7 @@ class _ContextTurn(Turn):
 
     on_chunk_generated: Callable[[], None]
 
-    async def _prefetch(self, text: str, index: int, out: asyncio.Queue) -> None:
+    async def _prefetch(self, text: str, index: int, out) -> None:
         try:
             await super()._prefetch(text, index, out)
         finally:
