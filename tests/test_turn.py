@@ -2,6 +2,7 @@
 crossfade per seam; a chunk's failure surfaces in order; closing aborts every request."""
 
 import asyncio
+import collections
 from dataclasses import replace
 
 import numpy as np
@@ -65,3 +66,35 @@ async def test_turn_failure_surfaces_and_close_aborts(pipeline):
     bad = Turn(pipeline, replace(_options(pipeline), voice="nobody"))
     with pytest.raises(ValueError, match="unknown voice"):
         await bad.speak(_texts("Hello."), pushed.append)
+
+
+async def test_the_turns_task_wakes_per_chunk_not_per_window(pipeline, monkeypatch):
+    """The playing chunk's windows reach ``push`` from the task generating them, so the
+    turn's own task wakes a few times per chunk however many windows the chunk has (it woke
+    for every window before), and the generating task once per decoded window (twice
+    before: once for the window's submission, once for its decode)."""
+    sampling = replace(pipeline.default_sampling(), max_tokens=280)
+    # no progress check comes due on a slow machine (each would wake the task once more)
+    turn = Turn(pipeline, TurnOptions(voice="kavya", sampling=sampling, seed=11,
+                                      timeout=3600.0))
+    steps: collections.Counter = collections.Counter()
+    run = asyncio.events.Handle._run
+
+    def counted(handle):
+        owner = getattr(handle._callback, "__self__", None)
+        if isinstance(owner, asyncio.Task):
+            steps[owner.get_name().split("-")[1] if "veena-" in owner.get_name()
+                  else owner.get_name()] += 1
+        return run(handle)
+
+    pushed = []
+    monkeypatch.setattr(asyncio.events.Handle, "_run", counted)
+    speaking = asyncio.create_task(turn.speak(_texts("First chunk.", "Second chunk."),
+                                              pushed.append), name="turn")
+    await speaking
+    monkeypatch.undo()
+    assert len(pushed) >= 20  # 80 frames in two chunks
+    # its start, each chunk's arrival and end, the end of the text (6-7 here)
+    assert steps["turn"] <= 8
+    assert steps["chunk"] <= len(pushed) + 4
+    assert await engine_settled(pipeline)
