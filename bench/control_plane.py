@@ -1,7 +1,7 @@
 """Benchmark: the control plane at scale (#21). ``veena-tts serve``'s app in this process over
 the product's ``VllmEngine`` on a fake ``AsyncLLM`` with vLLM's delivery pattern (one step for
-every request together, 82 steps/s, one token per request per step, outputs merged when the
-consumer lags) and a GPU-like codec (a fixed sleep per batch); a client process drives N
+every request together, 82 steps/s (real time; ``--speed`` for faster), one token per
+request per step, outputs merged when the consumer lags) and a GPU-like codec (a fixed sleep per batch); a client process drives N
 real-time streams through the WebSocket protocol and hears them as a listener does.
 
 Per run: the server process's CPU time per second of audio delivered (process CPU, not
@@ -41,6 +41,8 @@ from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
 from livekit.plugins.veena.server.app import ServerOptions, create_app
 
 STEP_S = 2048 / 24000
+STEPS_PER_S = 82.0
+"""The fake engine's steps per second at real time (one token per step, 7 per frame)."""
 TEXT = "Hello there."
 NO_GAP_S = 0.05
 """A stream 'holds' when it hears at most this much gap after first audio."""
@@ -187,9 +189,9 @@ def _pct(values, q):
     return float(np.percentile(values, q)) if len(values) else None
 
 
-async def engine_alone(n: int, frames: int, stagger_s: float) -> float:
+async def engine_alone(n: int, frames: int, stagger_s: float, speed: float = 1.0) -> float:
     """CPU ms per audio second of the fake AsyncLLM alone (plain ``async for`` consumers)."""
-    llm = FakeAsyncLLM(frames)
+    llm = FakeAsyncLLM(frames, STEPS_PER_S * speed)
 
     async def consume(i: int) -> None:
         await asyncio.sleep(stagger_s * i / n)
@@ -201,10 +203,11 @@ async def engine_alone(n: int, frames: int, stagger_s: float) -> float:
     return (time.process_time() - cpu) * 1000 / (n * frames * STEP_S)
 
 
-async def _pipeline(n: int, mode: str, frames: int,
-                    codec: CodecSpec) -> tuple[FakeAsyncLLM, Pipeline]:
-    """A started pipeline over a fake engine for ``n`` streams of ``frames`` frames each."""
-    llm = FakeAsyncLLM(frames)
+async def _pipeline(n: int, mode: str, frames: int, codec: CodecSpec,
+                    speed: float = 1.0) -> tuple[FakeAsyncLLM, Pipeline]:
+    """A started pipeline over a fake engine for ``n`` streams of ``frames`` frames each,
+    generating at ``speed`` times real time."""
+    llm = FakeAsyncLLM(frames, STEPS_PER_S * speed)
     pipeline = Pipeline(fake_vllm_engine(llm, max_num_seqs=2 * n), make_codec(codec), VEENA,
                         PipelineOptions(adaptive_windows=mode == "adaptive",
                                         scheduler=SchedulerOptions(max_batch=codec.max_batch)))
@@ -244,9 +247,9 @@ async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec):
 
 
 async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
-              compress: int = 0, codec: CodecSpec = CodecSpec()) -> dict:
+              compress: int = 0, codec: CodecSpec = CodecSpec(), speed: float = 1.0) -> dict:
     """``compress``: the permessage-deflate window the clients offer (0: none)."""
-    llm, pipeline = await _pipeline(n, mode, frames, codec)
+    llm, pipeline = await _pipeline(n, mode, frames, codec, speed)
     runner, url = await _listen(pipeline, n)
     loop = asyncio.get_running_loop()
     ours, theirs = mp.get_context("spawn").Pipe()
@@ -270,17 +273,17 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
 
 
 def server_main(n: int, mode: str, case: str, frames: int, port: int, conn,
-                codec: CodecSpec = CodecSpec()) -> None:
+                codec: CodecSpec = CodecSpec(), speed: float = 1.0) -> None:
     """One of ``--workers`` server processes (as ``veena-tts serve --workers``: its own
     engine, listening on the shared port with SO_REUSEPORT): reports its own CPU time,
     loop lags and fake-engine steps between the parent's "start" and "stop"."""
     setup()
-    asyncio.run(_serve(n, mode, case, frames, port, conn, codec))
+    asyncio.run(_serve(n, mode, case, frames, port, conn, codec, speed))
 
 
 async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn,
-                 codec: CodecSpec) -> None:
-    llm, pipeline = await _pipeline(n, mode, frames, codec)
+                 codec: CodecSpec, speed: float) -> None:
+    llm, pipeline = await _pipeline(n, mode, frames, codec, speed)
     await _warm_up(pipeline, n)
     runner, _ = await _listen(pipeline, n, port, reuse_port=True)
     loop = asyncio.get_running_loop()
@@ -310,7 +313,7 @@ async def _warm_up(pipeline: Pipeline, n: int) -> None:
 
 
 def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, workers: int,
-                compress: int = 0, codec: CodecSpec = CodecSpec()) -> dict:
+                compress: int = 0, codec: CodecSpec = CodecSpec(), speed: float = 1.0) -> dict:
     """``run`` with the server split over ``workers`` processes on one port; their CPU is
     summed and their loop lags pooled."""
     ctx = mp.get_context("spawn")
@@ -321,7 +324,7 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
     servers = []
     for _ in range(workers):
         ours, theirs = ctx.Pipe()
-        proc = ctx.Process(target=server_main, args=(n, mode, case, frames, port, theirs, codec),
+        proc = ctx.Process(target=server_main, args=(n, mode, case, frames, port, theirs, codec, speed),
                            daemon=True)
         proc.start()
         servers.append((proc, ours))
@@ -355,9 +358,9 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
 
 
 async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float,
-                             codec: CodecSpec = CodecSpec()) -> dict:
-    """N real-time turns straight through the pipeline, heard where ``push`` delivers."""
-    llm, pipeline = await _pipeline(n, mode, frames, codec)
+                             codec: CodecSpec = CodecSpec(), speed: float = 1.0) -> dict:
+    """N turns straight through the pipeline, heard where ``push`` delivers."""
+    llm, pipeline = await _pipeline(n, mode, frames, codec, speed)
     sampling = pipeline.default_sampling()
 
     async def one(i: int) -> dict:
@@ -443,7 +446,8 @@ async def amain(args) -> None:
     await run(2, "adaptive", "normal", 10, 0.0, codec=codec)
     sizes = set(args.streams) | {args.disturb_streams}
     sizes |= {n // w for n in sizes for w in args.workers if w and n // w}
-    alone = {n: await engine_alone(n, args.frames, args.stagger_s) for n in sorted(sizes)}
+    alone = {n: await engine_alone(n, args.frames, args.stagger_s, args.speed)
+             for n in sorted(sizes)}
     plan = [("normal", n) for n in args.streams]
     plan += [(case, args.disturb_streams) for case in args.cases if case != "normal"]
     plan += [("pipeline_alone", n) for n in args.streams if args.pipeline_alone]
@@ -454,13 +458,13 @@ async def amain(args) -> None:
             for workers in [None] if case == "pipeline_alone" else args.workers:
                 if workers is None:
                     row = await run_pipeline_alone(n, mode, args.frames, args.stagger_s,
-                                                   codec)
+                                                   codec, args.speed)
                 elif workers == 0:
                     row = await run(n, mode, case, args.frames, args.stagger_s, compress,
-                                    codec)
+                                    codec, args.speed)
                 else:
                     row = run_workers(n, mode, case, args.frames, args.stagger_s, workers,
-                                      compress, codec)
+                                      compress, codec, args.speed)
                 row["workers"] = workers
                 row["codec"] = codec_label
                 # each worker's fake engine steps its share of the streams
@@ -473,13 +477,14 @@ async def amain(args) -> None:
                        and r["held"]), default=0) for m in ("adaptive", "ramp")}
     notes = {"frames_per_request": args.frames, "stagger_s": args.stagger_s,
              "codec": codec_label, "max_batch": args.max_batch,
-             "steps_per_s": 82, "text": TEXT,
+             "steps_per_s": STEPS_PER_S * args.speed, "speed": args.speed, "text": TEXT,
              "clients_offer_deflate": args.clients_offer_deflate,
              "largest_held": largest, "label": args.label,
              "setup": (f"Server app and fake engine in one process, client in another, on this "
                        f"{mp.cpu_count()}-core machine (N up to {max(args.streams)} here); "
-                       f"each stream {args.frames} frames per engine request at exactly real "
-                       f"time; codec: {codec_text}. CPU is the server process's "
+                       f"each stream {args.frames} frames per engine request at "
+                       f"{args.speed:g}x real time; codec: {codec_text}. CPU is the server "
+                       f"process's "
                        f"(process_time); 'ours' = server minus the fake engine alone; "
                        f"'ours in run' = server minus the fake engine's own steps timed "
                        f"inside the same run.")}
@@ -501,6 +506,9 @@ if __name__ == "__main__":
     ap.add_argument("--clients-offer-deflate", action="store_true",
                     help="clients offer permessage-deflate (as browsers and `websockets` do)")
     ap.add_argument("--frames", type=int, default=60, help="frames per engine request")
+    ap.add_argument("--speed", type=float, default=1.0,
+                    help="the fake engine generates at this many times real time (a GPU "
+                         "with room to spare runs ahead of its listeners)")
     ap.add_argument("--stagger-s", type=float, default=1.0, help="streams start over this long")
     ap.add_argument("--workers", type=ints, default=[0],
                     help="server processes sharing the port, as `serve --workers` (0: the "

@@ -130,10 +130,11 @@ def test_control_plane_bench():
 
 
 def test_control_plane_bench_with_the_real_snac_decoder():
-    """``--codec snac``: the product's SnacCodec in place of the sleep (eager on CPU)."""
+    """``--codec snac``: the product's SnacCodec in place of the sleep (eager on CPU), with
+    the engine at twice real time (``--speed``)."""
     _run(sys.executable, "bench/control_plane.py", "--streams", "2", "--cases", "normal",
          "--modes", "adaptive", "--frames", "12", "--stagger-s", "0.2", "--codec", "snac",
-         "--no-pipeline-alone", "--label", "_snac")
+         "--no-pipeline-alone", "--label", "_snac", "--speed", "2")
     (row,) = _rows("control_plane_snac")
     assert row["codec"] == "snac eager" and row["done"] == 2
     assert row["audio_s_per_stream"] == pytest.approx(12 * 2048 / 24000)

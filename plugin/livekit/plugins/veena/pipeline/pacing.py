@@ -243,9 +243,12 @@ class AdaptivePlanner:
 
     def pull_at(self, now: float, tick_s: float) -> float | None:
         """When the producer must next take tokens, or None for now (the caller parks until
-        then instead of waking for each token). Tokens matter again when the smallest next
-        window may be complete at the measured rate from the last arrival, a tick early;
-        and never later than two ticks plus that window's decode before the listener would
+        then instead of waking for each token). Tokens matter again, a tick early, when the
+        next size may be complete at the measured rate from the last arrival (each size
+        completed may change the choice; while a window decodes, the smallest next one, as
+        its decode asks again with what was seen by then), or before ``recheck_at`` of a
+        window held back for a larger size (the steps seen by then move it); and never later
+        than two ticks plus that window's decode before the listener would
         run dry, counting the audio still decoding as delivered after that decode (were it
         later, the listener's audio would end later too, so the wake is still early). Before
         first audio, at the end of the request, or with no rate measured yet: now."""
@@ -254,16 +257,23 @@ class AdaptivePlanner:
         rate = self.token_rate()
         if not rate:
             return None
-        first, right = self.sizes[0], self.window.right
-        need = self.kept + first + right - self.available
+        right = self.window.right
+        # the next size to become complete (each may change the choice); while a window
+        # decodes, the smallest: its end asks with every step seen by then
+        sizes = self.sizes if self.kept == self.delivered_steps else self.sizes[:1]
+        need = next((self.kept + s + right - self.available for s in sizes
+                     if self.kept + s + right > self.available), 0)
         if need <= 0:
             return None
+        first = self.sizes[0]
         cost = self._cost(self.window.left + first + right) or 0.0
         play_end = self.play_end
         if self.kept > self.delivered_steps:
             play_end = max(play_end, now + cost) + (self.kept - self.delivered_steps) * self.step_s
         due = self._arrivals[-1][0] + need / rate  # the rate runs from the last arrival
         at = min(due - tick_s, play_end - 2 * tick_s - cost)
+        if self._recheck_at is not None:  # the steps seen by then move it: seen before it
+            at = min(at, self._recheck_at - tick_s)
         return at if at > now + tick_s else None
 
     def recheck_at(self) -> float | None:
