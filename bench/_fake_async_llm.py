@@ -61,6 +61,8 @@ class FakeAsyncLLM:
         self._stall_from = self._stall_until = 0.0
         self._task: asyncio.Task | None = None
         self.steps = 0
+        self.deltas = 0
+        """Outputs handed to consumers (one per wake of a consumer; merged while it lags)."""
         self.step_cpu_s = 0.0
         """CPU time spent in the engine's steps (making tokens, filling collectors, waking
         consumers), measured inside the run it serves."""
@@ -102,6 +104,7 @@ class FakeAsyncLLM:
             while not finished:
                 out = await req.get()
                 finished = out.finished
+                self.deltas += 1
                 yield out
         finally:
             self._requests.pop(request_id, None)

@@ -234,6 +234,7 @@ async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec):
     (``graph_captures``, ...) once the block ends."""
     out: dict = {"lags": []}
     graphs = graph_counts(codec)
+    deltas = llm.deltas
     cpu = time.process_time()
     monitor = asyncio.create_task(_lag_monitor(out["lags"]))
     disturb = asyncio.create_task(_disturb(case, llm))
@@ -241,6 +242,7 @@ async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec):
         yield out
     finally:
         out["cpu"] = time.process_time() - cpu
+        out["deltas"] = llm.deltas - deltas
         monitor.cancel()
         disturb.cancel()
         out["graphs"] = {f"graph_{k}": v - graphs[k] for k, v in graph_counts(codec).items()}
@@ -267,6 +269,7 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
         await pipeline.aclose()
     row = _row(case, mode, n, client_out["streams"], measured["cpu"], measured["lags"],
                llm.step_cpu_s)
+    row["deltas_per_stream"] = measured["deltas"] / n
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
     row.update(measured["graphs"])
     return row
@@ -292,7 +295,7 @@ async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn,
         assert await loop.run_in_executor(None, conn.recv) == "start"
         async with _measured(case, llm, codec) as measured:
             assert await loop.run_in_executor(None, conn.recv) == "stop"
-        conn.send({"cpu": measured["cpu"], "lags": measured["lags"],
+        conn.send({"cpu": measured["cpu"], "lags": measured["lags"], "deltas": measured["deltas"],
                    "step_cpu": llm.step_cpu_s, "graphs": measured["graphs"]})
     finally:
         await runner.cleanup()
@@ -352,6 +355,7 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
     row = _row(case, mode, n, client_out["streams"], sum(o["cpu"] for o in outs),
                [lag for o in outs for lag in o["lags"]], sum(o["step_cpu"] for o in outs))
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
+    row["deltas_per_stream"] = sum(o["deltas"] for o in outs) / n
     for key in outs[0]["graphs"]:
         row[key] = sum(o["graphs"][key] for o in outs)
     return row
@@ -382,6 +386,7 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float,
         await pipeline.aclose()
     row = _row("pipeline_alone", mode, n, results, measured["cpu"], measured["lags"],
                llm.step_cpu_s)
+    row["deltas_per_stream"] = measured["deltas"] / n
     row["client_lag_max_ms"] = None  # the listeners are in this process
     row.update(measured["graphs"])
     return row
@@ -412,7 +417,7 @@ def _markdown(rows: list[dict], notes: dict) -> str:
     cols = ["case", "mode", "streams", "workers", "server_cpu_ms_per_audio_s", "engine_alone_ms_per_audio_s",
             "ours_ms_per_audio_s", "ours_in_run_ms_per_audio_s", "loop_lag_p99_ms",
             "loop_lag_max_ms", "client_lag_max_ms", "gap_s_mean", "gap_s_max",
-            "first_audio_p50_ms", "first_audio_p95_ms"]
+            "first_audio_p50_ms", "first_audio_p95_ms", "deltas_per_stream"]
 
     def fmt(v) -> str:
         return "" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)

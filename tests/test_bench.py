@@ -125,6 +125,7 @@ def test_control_plane_bench():
         assert r["done"] == 4 and r["audio_s_per_stream"] == pytest.approx(24 * 2048 / 24000)
         assert r["server_cpu_ms_per_audio_s"] > 0 and r["ours_ms_per_audio_s"] is not None
         assert 0 < r["ours_in_run_ms_per_audio_s"] < r["server_cpu_ms_per_audio_s"]
+        assert 1 <= r["deltas_per_stream"] <= 24 * 7  # at most one per token
     md = (Path(os.environ["VEENA_BENCH_RESULTS"]) / "control_plane.md").read_text()
     assert md.startswith("| case | mode |") and "Largest N held" in md
 
