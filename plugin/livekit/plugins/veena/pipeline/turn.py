@@ -96,9 +96,12 @@ class _ChunkAudio:
         self._kept: list[np.ndarray] = []
         self._sink: Callable[[np.ndarray], None] | None = None
         self.samples = 0
-        self.ended = False
         self.error: BaseException | None = None
         self._ended = asyncio.get_running_loop().create_future()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended.done()
 
     def put(self, pcm: np.ndarray) -> None:
         if self._sink is None:
@@ -112,7 +115,7 @@ class _ChunkAudio:
 
     def end(self, error: BaseException | None = None) -> None:
         if not self.ended:
-            self.ended, self.error = True, error
+            self.error = error
             self._ended.set_result(None)
 
     def play(self, sink: Callable[[np.ndarray], None]) -> None:

@@ -60,8 +60,7 @@ class ServerState:
         hears keepalives while it is silent."""
         self.contexts.add(ctx)
         if self._keepalive is None:
-            self._keepalive = asyncio.get_running_loop().call_later(
-                self.options.keepalive_s / 2, self._keep_alive)
+            self._arm_keepalive()
 
     def remove_context(self, ctx: Any) -> None:
         """A context has ended; the keepalive timer stops with the last one."""
@@ -81,8 +80,11 @@ class ServerState:
         for ctx in list(self.contexts):
             ctx.keepalive(self.options.keepalive_s)
         if self.contexts:
-            self._keepalive = asyncio.get_running_loop().call_later(
-                self.options.keepalive_s / 2, self._keep_alive)
+            self._arm_keepalive()
+
+    def _arm_keepalive(self) -> None:
+        self._keepalive = asyncio.get_running_loop().call_later(
+            self.options.keepalive_s / 2, self._keep_alive)
 
     def close(self) -> None:
         """Stop the keepalive timer (the app is shutting down, or no context is left)."""
