@@ -67,7 +67,7 @@ def simulate(rate_x: float, frames: int, cost_per_step: float, pacing=PacingOpti
         pulls.append(count)
         steps = (sum(pulls) // tokens_per_step) - planner.available
         if steps:
-            planner.add(steps, now)
+            planner.add(steps, now, stale=woke)
         if arrived == tokens:
             planner.finish()
         pump()  # as RequestRun: the planner sees the steps before the producer parks
@@ -192,24 +192,31 @@ def test_a_slow_decoder_is_no_worse_than_the_ramp(rate_x, cost_x):
     assert first == pytest.approx(ramp_first) and gaps <= ramp_gaps + 1e-9
 
 
-@pytest.mark.parametrize("rate_x", [0.7, 0.9, 1.0, 1.2, 2.0])
+@pytest.mark.parametrize("rate_x", [0.7, 0.9, 1.0, 1.05, 1.2, 2.0])
 @pytest.mark.parametrize("cost", [0.003 / 6, COST])
-def test_parking_between_needed_tokens_changes_no_window(rate_x, cost):
+@pytest.mark.parametrize("tick_s", [0.01, 0.005])
+def test_parking_between_needed_tokens_changes_no_window(rate_x, cost, tick_s):
     """A producer that parks until its next window can be complete (woken a tick early,
     never after the listener's buffer minus two ticks and a decode) takes far fewer deltas
-    at about real time, and every window is the same, at the same time."""
+    at about real time, and every window is the same, at the same time. The steps taken on
+    a wake carry the wake's time, not their arrival's: the token rate must not run from
+    such a stamp (at 1.05x with a 5 ms tick, one 48 steps old changed a window)."""
     eager, eager_first, eager_gaps = simulate(rate_x, 120, cost)
     pulls: list[int] = []
-    parked, first, gaps = simulate(rate_x, 120, cost, tick_s=0.01, pulls=pulls)
+    parked, first, gaps = simulate(rate_x, 120, cost, tick_s=tick_s, pulls=pulls)
     assert parked == eager and first == eager_first and gaps == pytest.approx(eager_gaps)
     assert sum(pulls) == 120
     pulls.clear()
-    parked, first, gaps = simulate(rate_x, 120, cost, tick_s=0.01, pulls=pulls,
+    parked, first, gaps = simulate(rate_x, 120, cost, tick_s=tick_s, pulls=pulls,
                                    tokens_per_step=7)
     assert parked == eager and first == eager_first and gaps == pytest.approx(eager_gaps)
     assert sum(pulls) == 7 * 120
     if rate_x == 1.0:  # waiting for every token: parks most (dry listeners never park)
         assert len(pulls) < 7 * 120 / 3
+        if tick_s == 0.005:
+            # a finer tick wakes between the last two tokens of a window: one delta fewer
+            # per 2-step window than with 10 ms (237-247 there)
+            assert len(pulls) < 200
     if rate_x > 1.0 and cost < COST:
         # ahead of the listener a window is held back for a larger size: tokens matter only
         # as each size completes and before its recheck, not one by one (a GPU-fast decoder;

@@ -94,7 +94,7 @@ def _expected_codes(frames: int) -> list[list[int]]:
     return [[(k * 7919 + 13) % 4096 for k in range(f * 7, f * 7 + 7)] for f in range(frames)]
 
 
-@pytest.mark.parametrize("tick_ms", [0.0, 10.0])
+@pytest.mark.parametrize("tick_ms", [0.0, 5.0, 10.0])
 async def test_every_token_arrives_in_order_whether_parked_or_not(tick_ms):
     llm = MergingLLM(frames=24)
     p = _pipeline(llm, tick_ms)

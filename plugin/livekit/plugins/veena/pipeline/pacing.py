@@ -43,7 +43,7 @@ BELOW_REAL_TIME = 0.97
 class PacingOptions:
     max_new: int = 32
     """Largest window, in new steps."""
-    pull_tick_ms: float = 10.0
+    pull_tick_ms: float = 5.0
     """Once the listener has audio, a request's producer parks until shortly before its
     next window can be decodable (woken on a shared tick of this length) instead of
     waking for every token; 0: take every token as it comes."""
@@ -99,13 +99,16 @@ class AdaptivePlanner:
         self.dry = False
         self.delivered_steps = 0
         """Steps whose audio reached the listener (``kept`` less these: still decoding)."""
-        self._arrivals: collections.deque[tuple[float, int]] = collections.deque(maxlen=48)
+        self._arrivals: collections.deque[tuple[float, int, bool]] = collections.deque(maxlen=48)
+        """(time, steps available, seen as it arrived): the last 48 arrivals."""
         self._recheck_at: float | None = None
 
     # -- what the planner is told ---------------------------------------------------------
-    def add(self, count: int, now: float) -> None:
+    def add(self, count: int, now: float, stale: bool = False) -> None:
+        """``stale``: these steps waited while their producer was parked, so ``now`` is
+        when they were taken, later than when they arrived."""
         self.available += count
-        self._arrivals.append((now, self.available))
+        self._arrivals.append((now, self.available, not stale))
 
     def finish(self) -> None:
         self.final = True
@@ -128,9 +131,13 @@ class AdaptivePlanner:
 
     def token_rate(self) -> float | None:
         """Recent steps per second (None until two arrivals): the last 48 arrivals' ends."""
-        if len(self._arrivals) < 2:
+        arrivals = self._arrivals
+        if len(arrivals) < 2:
             return None
-        (t0, n0), (t1, n1) = self._arrivals[0], self._arrivals[-1]
+        # the oldest end seen as it arrived: a late stamp there would bias every estimate
+        # until it leaves the window (the newest end is taken as it is: see pull_at)
+        t0, n0, _ = next((a for a in arrivals if a[2]), arrivals[0])
+        t1, n1, _ = arrivals[-1]
         return (n1 - n0) / (t1 - t0) if t1 > t0 else None
 
     @property

@@ -197,9 +197,10 @@ class RequestRun:
             logger.info("dropped pending decode windows",
                         extra={"request_id": self.request_id, "windows": dropped})
 
-    def _steps_arrived(self, count: int) -> None:
+    def _steps_arrived(self, count: int, stale: bool = False) -> None:
+        """``stale``: taken on waking from a park, later than they arrived."""
         if self.planner is not None:
-            self.planner.add(count, time.monotonic())
+            self.planner.add(count, time.monotonic(), stale)
             self._pump()
         else:
             self._submit(self._ramp.add(count))
@@ -320,7 +321,7 @@ class RequestRun:
                     capturing = False
                     syn.captured(track.speaker_globals)
                 if new:
-                    self._steps_arrived(new)
+                    self._steps_arrived(new, woke)
                 if stats.stopped:
                     break
                 if woke:  # what waited is stamped with the wake's time, not its arrival's:
