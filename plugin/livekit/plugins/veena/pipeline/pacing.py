@@ -130,12 +130,13 @@ class AdaptivePlanner:
         return max(0.0, self.play_end - now)
 
     def token_rate(self) -> float | None:
-        """Recent steps per second (None until two arrivals): the last 48 arrivals' ends."""
+        """Recent steps per second (None until two arrivals), over the last 48 arrivals:
+        from the oldest one seen as it arrived (a late stamp there would bias every
+        estimate until it leaves the window) to the newest (after a wake, ``pull_at``'s
+        caller waits for a fresh one before it parks again)."""
         arrivals = self._arrivals
         if len(arrivals) < 2:
             return None
-        # the oldest end seen as it arrived: a late stamp there would bias every estimate
-        # until it leaves the window (the newest end is taken as it is: see pull_at)
         t0, n0, _ = next((a for a in arrivals if a[2]), arrivals[0])
         t1, n1, _ = arrivals[-1]
         return (n1 - n0) / (t1 - t0) if t1 > t0 else None
