@@ -1,8 +1,9 @@
 """Benchmark: the control plane at scale (#21). ``veena-tts serve``'s app in this process over
 the product's ``VllmEngine`` on a fake ``AsyncLLM`` with vLLM's delivery pattern (one step for
 every request together, 82 steps/s (real time; ``--speed`` for faster), one token per
-request per step, outputs merged when the consumer lags) and a GPU-like codec (a fixed sleep per batch); a client process drives N
-real-time streams through the WebSocket protocol and hears them as a listener does.
+request per step, outputs merged when the consumer lags) and a GPU-like codec (a fixed sleep
+per batch); a client process drives N real-time streams through the WebSocket protocol and
+hears them as a listener does.
 
 Per run: the server process's CPU time per second of audio delivered (process CPU, not
 wall; the fake engine's own share measured alone in the same run, with plain consumers),
@@ -327,8 +328,8 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
     servers = []
     for _ in range(workers):
         ours, theirs = ctx.Pipe()
-        proc = ctx.Process(target=server_main, args=(n, mode, case, frames, port, theirs, codec, speed),
-                           daemon=True)
+        proc = ctx.Process(target=server_main, daemon=True,
+                           args=(n, mode, case, frames, port, theirs, codec, speed))
         proc.start()
         servers.append((proc, ours))
     try:
@@ -489,8 +490,7 @@ async def amain(args) -> None:
                        f"{mp.cpu_count()}-core machine (N up to {max(args.streams)} here); "
                        f"each stream {args.frames} frames per engine request at "
                        f"{args.speed:g}x real time; codec: {codec_text}. CPU is the server "
-                       f"process's "
-                       f"(process_time); 'ours' = server minus the fake engine alone; "
+                       f"process's (process_time); 'ours' = server minus the fake engine alone; "
                        f"'ours in run' = server minus the fake engine's own steps timed "
                        f"inside the same run.")}
     report(f"control_plane{args.label}", rows, notes)

@@ -197,7 +197,7 @@ class RequestRun:
             logger.info("dropped pending decode windows",
                         extra={"request_id": self.request_id, "windows": dropped})
 
-    def _steps_arrived(self, count: int, stale: bool = False) -> None:
+    def _steps_arrived(self, count: int, stale: bool) -> None:
         """``stale``: taken on waking from a park, later than they arrived."""
         if self.planner is not None:
             self.planner.add(count, time.monotonic(), stale)
