@@ -1,13 +1,13 @@
 """One engine request's run: tokens in, crossfaded float audio out, all its state in one place.
 
 A producer task reads the engine's tokens and parses them through the family's track; the
-planner says which window to decode next and the run submits it to the decode scheduler; the
-consumer (``audio()``) takes the decoded windows in order and stitches them: it wakes once
-per decoded window (a window's decode completing hands it over, in submission order), never
-to learn that a window was merely submitted. With listener-paced
-windows (``pacing.AdaptivePlanner``, the default) a run keeps one window in the decoder and
-sizes the next one when that one is decoded; with the fixed ramp every window goes out as soon as
-it is decodable. ``aclose()`` is the one place where a run ends: it stops the producer (which
+planner says which window to decode next and the run submits it to the decode scheduler.
+Each decoded window is stitched and pushed to the run's sink from the decode's completion,
+in submission order: no task wakes to hand a window on (at hundreds of streams those wakes
+were a large part of the event loop's work). With listener-paced windows
+(``pacing.AdaptivePlanner``, the default) a run keeps one window in the decoder and sizes the
+next one when that one is decoded; with the fixed ramp every window goes out as soon as it is
+decodable. ``aclose()`` is the one place where a run ends: it stops the producer (which
 aborts the vLLM request), drops the run's pending windows and cancels the ones already
 handed out, so nothing outlives a cancelled or failed run.
 """
@@ -20,7 +20,7 @@ import contextlib
 import functools
 import logging
 import time
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -106,10 +106,9 @@ class RequestRun:
         self.engine_request_ids: list[str] = []
         self._submitted: collections.deque[tuple[Window, asyncio.Future]] = collections.deque()
         """Windows handed to the decoder, in order, until their turn to be delivered."""
-        self._decoded_windows: collections.deque[tuple[Window, asyncio.Future] | None] = (
-            collections.deque())
-        """Decoded windows (in order) the consumer has not taken; None: no more."""
-        self._consumer: asyncio.Future | None = None
+        self._sink: Callable[[np.ndarray, bool], None] | None = None
+        self._finished: asyncio.Future | None = None
+        """Done once every window went to the sink, or failed with what ended the run."""
         self._no_more_windows = False
         self._producer: asyncio.Task | None = None
         self.pending_windows = 0
@@ -133,55 +132,53 @@ class RequestRun:
     def _moved(self) -> None:
         self.last_progress = time.monotonic()
 
-    async def audio(self) -> AsyncIterator[tuple[np.ndarray, bool]]:
-        """Yield (float samples, done); leaving early ends the run (``aclose``)."""
+    async def play(self, sink: Callable[[np.ndarray, bool], None]) -> None:
+        """Run to the end: ``sink(samples, done)`` gets the stitched audio of each window as
+        its decode completes (called from that completion, in order), then the stitcher's
+        tail with ``done``. Raises what ended the run (a decode, engine or sink failure, in
+        order); cancelled, the run ends (``aclose``)."""
         await self._p.start()
+        self._sink = sink
+        self._finished = asyncio.get_running_loop().create_future()
         self._producer = asyncio.create_task(self._produce(),
                                              name=f"veena-produce-{self.request_id}")
-        timings = self._syn.timings
         try:
-            while (item := await self._next_decoded()) is not None:
-                window, fut = item
-                if fut.cancelled():
-                    raise asyncio.CancelledError()
-                audio = fut.result()  # a decode failure is raised here, in order
-                self.pending_windows -= 1
-                self._moved()
-                if timings.first_decode_done is None:
-                    timings.first_decode_done = time.perf_counter()
-                yield self.stitcher.push(window, audio), False
+            await self._finished
             await self._producer  # re-raise an engine failure
-            yield self.stitcher.finish(), True
+            sink(self.stitcher.finish(), True)
         finally:
             await self.aclose()
 
-    async def _next_decoded(self) -> tuple[Window, asyncio.Future] | None:
-        while not self._decoded_windows:
-            self._consumer = asyncio.get_running_loop().create_future()
-            try:
-                await self._consumer
-            finally:
-                self._consumer = None
-        return self._decoded_windows.popleft()
-
     def _hand_over(self) -> None:
-        """Move the windows decoded at the front of the order to the consumer, and the end
-        once every submitted window has gone; wake the consumer if it waits."""
-        submitted, handed = self._submitted, False
-        while submitted and submitted[0][1].done():
-            self._decoded_windows.append(submitted.popleft())
-            handed = True
+        """Push the windows decoded at the front of the order to the sink; finish once
+        every submitted window has gone (or at the first failure, which ends the run)."""
+        submitted, finished = self._submitted, self._finished
+        if self._sink is None or finished is None or finished.done():
+            return
+        try:
+            while submitted and submitted[0][1].done():
+                window, fut = submitted.popleft()
+                if fut.cancelled():  # the scheduler closed under the run
+                    finished.cancel()
+                    return
+                audio = fut.result()  # a decode failure is raised here, in order
+                self.pending_windows -= 1
+                self._moved()
+                timings = self._syn.timings
+                if timings.first_decode_done is None:
+                    timings.first_decode_done = time.perf_counter()
+                self._sink(self.stitcher.push(window, audio), False)
+        except Exception as e:  # the run ends with it, where the listener has reached
+            finished.set_exception(e)
+            return
         if self._no_more_windows and not submitted:
-            self._no_more_windows = False
-            self._decoded_windows.append(None)
-            handed = True
-        if handed and self._consumer is not None and not self._consumer.done():
-            self._consumer.set_result(None)
+            finished.set_result(None)
 
     async def aclose(self) -> None:
         """Stop generating (vLLM request aborted) and drop every window not yet decoded."""
         self.pending_windows = 0
         self._ended = True
+        self._sink = None  # nothing more reaches the listener
         if self._recheck is not None:
             self._recheck.cancel()
         if self._producer is not None and not self._producer.done():
@@ -192,7 +189,6 @@ class RequestRun:
         for _, fut in self._submitted:
             dropped += fut.cancel()
         self._submitted.clear()
-        self._decoded_windows.clear()
         if dropped:
             logger.info("dropped pending decode windows",
                         extra={"request_id": self.request_id, "windows": dropped})
@@ -246,7 +242,7 @@ class RequestRun:
             self._recheck = None
 
     def _end(self) -> None:
-        """No window follows: the consumer ends after the ones submitted so far."""
+        """No window follows: the run finishes after the ones submitted so far."""
         if not self._ended:
             self._ended = True
             self._no_more_windows = True
@@ -259,8 +255,8 @@ class RequestRun:
                 timings.first_window_ready = time.perf_counter()
             self.pending_windows += 1
             self._in_flight += 1
-            fut = self._p.scheduler.submit(self.request_id, self.track.window_input(w, self.seed))
-            fut.add_done_callback(functools.partial(self._decoded, w))
+            fut = self._p.scheduler.submit(self.request_id, self.track.window_input(w, self.seed),
+                                           functools.partial(self._decoded, w))
             self._submitted.append((w, fut))
 
     def _decoded(self, window: Window, fut: asyncio.Future) -> None:
@@ -292,7 +288,7 @@ class RequestRun:
                                  self.request_id)
             self._no_more_steps()
         except BaseException:
-            self._end()  # the consumer stops at once and re-raises the failure
+            self._end()  # the windows submitted go out, then the run re-raises the failure
             raise
         finally:
             syn.timings.invalid_frames += self.track.stats.invalid_frames

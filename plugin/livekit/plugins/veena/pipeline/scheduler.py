@@ -52,6 +52,7 @@ class _Job:
     input: CodecInput
     future: asyncio.Future
     enqueued: float
+    on_done: Callable[[asyncio.Future], None] | None = None
 
 
 class DecodeScheduler:
@@ -88,13 +89,18 @@ class DecodeScheduler:
             self._wakeup = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="veena-decode")
 
-    def submit(self, request_id: str, item: CodecInput) -> asyncio.Future:
-        """Queue one window and return its future (cancel it to drop the window)."""
+    def submit(self, request_id: str, item: CodecInput,
+               on_done: Callable[[asyncio.Future], None] | None = None) -> asyncio.Future:
+        """Queue one window and return its future (cancel it to drop the window).
+
+        ``on_done(future)`` is called as the scheduler completes the window (decoded, failed,
+        or dropped by ``aclose``), in the same step rather than a loop turn later as a done
+        callback would be; not when the caller cancels the future itself."""
         if self._closed:
             raise RuntimeError("decode scheduler is closed")
         self._ensure_running()
         fut = asyncio.get_running_loop().create_future()
-        self._pending.append(_Job(request_id, item, fut, time.perf_counter()))
+        self._pending.append(_Job(request_id, item, fut, time.perf_counter(), on_done))
         assert self._wakeup is not None
         self._wakeup.set()
         return fut
@@ -217,11 +223,17 @@ class DecodeScheduler:
                 results, started, done = await loop.run_in_executor(
                     self._executor, self._decode_timed, [j.input for j in batch]
                 )
+            except asyncio.CancelledError:  # closed mid-call: its windows end with it
+                for job in batch:
+                    if job.future.cancel():
+                        _notify(job)
+                raise
             except Exception as e:  # the codec failed: every window of this batch fails
                 logger.exception("codec decode failed", extra={"batch": len(batch)})
                 for job in batch:
                     if not job.future.done():
                         job.future.set_exception(e)
+                        _notify(job)
                 continue
             self.last_done = time.monotonic()
             self._measure(batch, started, done)
@@ -237,6 +249,7 @@ class DecodeScheduler:
             for job, audio in zip(batch, results):
                 if not job.future.done():
                     job.future.set_result(audio)
+                    _notify(job)
 
     def _decode_timed(self, inputs: list[CodecInput]) -> tuple[list, float, float]:
         """On the worker: the codec call and its own start and end on ``clock``."""
@@ -247,7 +260,8 @@ class DecodeScheduler:
     async def aclose(self) -> None:
         self._closed = True
         for job in self._pending:
-            job.future.cancel()
+            if job.future.cancel():
+                _notify(job)
         self._pending.clear()
         if self._task is not None:
             self._task.cancel()
@@ -256,3 +270,13 @@ class DecodeScheduler:
             except asyncio.CancelledError:
                 pass
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _notify(job: _Job) -> None:
+    """A window's ``on_done``; its failure is logged, never the scheduler's."""
+    if job.on_done is not None:
+        try:
+            job.on_done(job.future)
+        except Exception:
+            logger.exception("decode completion callback failed",
+                             extra={"request_id": job.request_id})

@@ -1,5 +1,7 @@
 """One text's audio stream: its pieces (split where the text would not fit the model
-context) run one after another as ``RequestRun``s and come out as float ``AudioChunk``s.
+context) run one after another as ``RequestRun``s. ``play`` pushes their float audio to a
+sink as each window is decoded (the turn's hot path: no task wakes per window); iterating
+gives the same audio as ``AudioChunk``s.
 
 Audio stays float32 in [-1, 1] through the whole pipeline and the turn; it is rounded to
 int16 once, at the edge (the LiveKit plugin, the server, a WAV file).
@@ -8,11 +10,13 @@ int16 once, at the edge (the LiveKit plugin, the server, a WAV file).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import itertools
 import logging
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import numpy as np
 
@@ -93,30 +97,68 @@ class Synthesis:
 
     async def collect(self) -> np.ndarray:
         """The whole synthesis as int16 PCM (an edge: rounded once, here)."""
-        parts = [c.pcm async for c in self]
+        parts: list[np.ndarray] = []
+        await self.play(lambda pcm, final: parts.append(pcm))
         return to_int16(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int16)
 
-    async def _chunks(self) -> AsyncIterator[AudioChunk]:
-        seq = 0
-        rate = self._p.sample_rate
+    async def play(self, sink: Callable[[np.ndarray, bool], None]) -> None:
+        """Push the audio to ``sink(samples, final)`` as it is decoded, from the decode's
+        completion (never empty except a final call with nothing left); return at the end.
+        Raises what ended it, after the audio before the failure; cancelled, the running
+        piece's requests end."""
+        rate, timings = self._p.sample_rate, self.timings
         with full_collections.streaming():  # no full collection while it plays
             for i, piece in enumerate(self._pieces):
                 last_piece = i == len(self._pieces) - 1
+
+                def piece_sink(pcm: np.ndarray, done: bool, last_piece: bool = last_piece
+                               ) -> None:
+                    final = done and last_piece
+                    if len(pcm):
+                        if timings.first_audio is None:
+                            timings.first_audio = time.perf_counter()
+                        timings.audio_seconds += len(pcm) / rate
+                    if len(pcm) or final:
+                        sink(pcm, final)
+
                 self._run = RequestRun(self._p, self, piece, i)
                 self.tracks.append(self._run.track)
-                async with contextlib.aclosing(self._run.audio()) as piece_audio:
-                    async for pcm, done in piece_audio:
-                        final = done and last_piece
-                        if len(pcm) or final:
-                            if len(pcm) and self.timings.first_audio is None:
-                                self.timings.first_audio = time.perf_counter()
-                            self.timings.audio_seconds += len(pcm) / rate
-                            yield AudioChunk(pcm, rate, seq, final)
-                            seq += 1
-        self.timings.finished = time.perf_counter()
+                await self._run.play(piece_sink)
+        timings.finished = time.perf_counter()
         logger.info(
             "synthesis done",
-            extra={"request_id": self.request_id, "first_audio_ms": self.timings.first_audio_ms,
-                   "audio_s": round(self.timings.audio_seconds, 3),
-                   "rtf": self.timings.real_time_factor, "tokens": self.timings.tokens},
+            extra={"request_id": self.request_id, "first_audio_ms": timings.first_audio_ms,
+                   "audio_s": round(timings.audio_seconds, 3),
+                   "rtf": timings.real_time_factor, "tokens": timings.tokens},
         )
+
+    async def _chunks(self) -> AsyncIterator[AudioChunk]:
+        """``play`` as an iterator: its pushes queue here until the reader takes them."""
+        loop = asyncio.get_running_loop()
+        rate, ready, sequence = self._p.sample_rate, collections.deque(), itertools.count()
+        reader: list[asyncio.Future] = []
+
+        def wake(*_) -> None:
+            if reader and not reader[0].done():
+                reader[0].set_result(None)
+
+        def sink(pcm: np.ndarray, final: bool) -> None:
+            ready.append(AudioChunk(pcm, rate, next(sequence), final))
+            wake()
+
+        player = asyncio.create_task(self.play(sink), name=f"veena-synthesis-{self.request_id}")
+        player.add_done_callback(wake)
+        try:
+            while True:
+                while ready:
+                    yield ready.popleft()
+                if player.done():
+                    break
+                reader[:] = [loop.create_future()]
+                await reader[0]
+            player.result()  # what ended it, after the audio before it
+        finally:
+            if not player.done():
+                player.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await player

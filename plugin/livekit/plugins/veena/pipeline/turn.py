@@ -4,8 +4,8 @@ The first chunk is a first request; later chunks are continuations that keep the
 (SNAC: the same speaker prompt and seed; BiCodec: the first chunk's captured 32 globals).
 At most ``max_chunks_in_flight`` chunks generate at once, so chunk k+1 generates while chunk
 k plays, and consecutive chunks are joined with a crossfade. A chunk's audio is kept while an
-earlier one plays; the chunk playing hands each window on from the task generating it, so a
-window reaches the listener without waking the turn's own task. The turn owns every request
+earlier one plays; the chunk playing hands each window on as its decode completes, so a
+window reaches the listener without waking any task (neither the turn's nor the chunk's). The turn owns every request
 it starts: closing it aborts them all. Used by the in-process plugin and by the server.
 
 Each chunk's text passes one gate as the turn accepts it: tags the profile does not perform
@@ -201,11 +201,13 @@ class Turn:
                 self._first_started.set()
             self.request_ids.append(syn.request_id)
             self.on_request_started()
-            async with contextlib.aclosing(syn.__aiter__()) as chunks:
-                async for chunk in chunks:
-                    self._learn_globals(syn.speaker_globals)
-                    if len(chunk.pcm):
-                        out.put(chunk.pcm)
+
+            def put(pcm: np.ndarray, final: bool) -> None:  # from the decode's completion
+                self._learn_globals(syn.speaker_globals)
+                if len(pcm):
+                    out.put(pcm)
+
+            await syn.play(put)
             self.chunk_globals.append(syn.speaker_globals)
             out.end()
         except EmptyTextError:
@@ -254,7 +256,7 @@ class Turn:
         joiner = ChunkJoiner(int(self._opts.chunk_crossfade_ms * self._p.sample_rate / 1000))
         scheduler = asyncio.create_task(schedule(), name="veena-turn-schedule")
         rate = self._p.sample_rate
-        # a generating task hands the playing chunk's windows on; once this turn's task is
+        # a decode completion hands the playing chunk's windows on; once this turn's task is
         # being cancelled nothing more reaches the listener (cancelling(): Python 3.11+)
         cancelling = getattr(asyncio.current_task(), "cancelling", lambda: 0)
 
