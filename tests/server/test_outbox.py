@@ -1,7 +1,9 @@
 """One connection's outgoing messages: audio frames of one context that wait behind a slow
-write leave as one frame (fewer writes), nothing is lost, reordered or counted twice."""
+write leave as one frame (fewer writes), a frame with nothing before it goes straight into
+the socket (no task wake), nothing is lost, reordered or counted twice."""
 
 import asyncio
+import collections
 import json
 
 import aiohttp
@@ -59,6 +61,90 @@ def test_outbox_counts_bytes_until_sent():
     box.put(frames[2])
     box.discard()
     assert box.bytes == 0 and sum(counted) == 0
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written = bytearray()
+
+    def write(self, data) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return False
+
+
+class _Protocol:
+    _paused = False
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, 200_000])
+async def test_a_frame_sent_directly_is_the_frame_aiohttp_writes(size):
+    """The direct path frames audio itself: byte for byte what aiohttp's own server-side
+    writer sends for the same payload, at every length encoding (7, 16 and 64 bits)."""
+    from aiohttp._websocket.writer import WebSocketWriter
+
+    payload = bytes(i % 251 for i in range(size))
+    transport = _Transport()
+    writer = WebSocketWriter(_Protocol(), transport, use_mask=False)
+    await writer.send_frame(payload, aiohttp.WSMsgType.BINARY)
+    assert ws_module._binary_frame(payload) == bytes(transport.written)
+
+
+async def test_audio_with_nothing_before_it_skips_the_writer_and_keeps_the_order():
+    sent, counted = [], []
+    box = ws_module._Outbox(1 << 20, lambda: None, counted.append)
+    box.send_now = lambda frame: sent.append(frame) or True
+    a1, a2, a3 = (encode_audio("a", bytes([i]) * 4) for i in (1, 2, 3))
+    box.put(a1)  # the writer has not started waiting: queued
+    assert sent == [] and box.take_now() == [a1]
+    box.sent(a1)
+    taking = asyncio.create_task(box.take())
+    await asyncio.sleep(0)  # the writer now waits with nothing queued
+    box.put(a2)
+    assert sent == [a2] and box.bytes == 0  # straight out, never held
+    event = {"type": "words", "context_id": "a"}
+    box.put(event)  # events always go through the writer
+    box.put(a3)  # something waits before it: queued behind it
+    assert sent == [a2] and await taking == [event, a3]
+    box.sent(a3)
+    taking = asyncio.create_task(box.take())
+    await asyncio.sleep(0)
+    box.send_now = lambda frame: False  # the socket's buffer is not empty
+    box.put(a1)
+    assert await taking == [a1] and box.bytes == len(a1)
+    box.sent(a1)
+    assert box.bytes == 0 and sum(counted) == 0
+
+
+async def test_a_reading_client_gets_its_windows_without_the_writer_waking(monkeypatch):
+    """With a client that keeps up, each window goes into the socket as it is pushed: the
+    connection's writer task wakes for the events (words, done), not once per window."""
+    steps: collections.Counter = collections.Counter()
+    run = asyncio.events.Handle._run
+
+    def counted(handle):
+        owner = getattr(handle._callback, "__self__", None)
+        if isinstance(owner, asyncio.Task):
+            steps[owner.get_name()] += 1
+        return run(handle)
+
+    async with fake_server(ServerOptions(slow_client_s=3600.0)) as server:
+        ws = await RawWebSocket.connect(server.port)
+        try:
+            monkeypatch.setattr(asyncio.events.Handle, "_run", counted)
+            await ws.send_together([{
+                "type": "speak", "context_id": "a", "continue": False, "seed": 3,
+                "text": "One sentence to speak. And another one after it.",
+                "sampling": {"max_tokens": 7 * 60}}])
+            frames, size, events = await _read_until_done(ws, "a")
+            monkeypatch.undo()
+        finally:
+            await ws.close()
+    assert events[-1]["type"] == "done" and frames >= 8
+    # the whole utterance (about 90 KB) fits the socket's kernel buffer (256 KiB): nothing
+    # waits in the transport however late the client reads, so every frame goes directly
+    assert steps["veena-ws-writer"] <= len(events) + 2
 
 
 async def _read_until_done(ws: RawWebSocket, cid: str) -> tuple[int, int, list[dict]]:

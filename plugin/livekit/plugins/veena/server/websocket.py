@@ -8,6 +8,7 @@ import collections
 import contextlib
 import logging
 import socket
+import struct
 from typing import Callable, Iterable
 
 from aiohttp import WSMsgType, web
@@ -37,7 +38,12 @@ windows pile up. Clients read frames of up to 4 MiB (aiohttp's default)."""
 
 class _Outbox:
     """One connection's outgoing messages, bounded in bytes: a client that cannot keep up
-    is cut off instead of growing the server's memory. Bytes count until they are sent."""
+    is cut off instead of growing the server's memory. Bytes count until they are sent.
+
+    An audio frame put while the writer waits with nothing queued goes out at once through
+    ``send_now`` where that can write it without waiting (nothing is unsent before it), so
+    a window reaches the socket without a task wake; anything else is queued for the writer,
+    which keeps the order and the flow control."""
 
     def __init__(self, limit: int, on_overflow: Callable[[], None],
                  on_bytes: Callable[[int], None]) -> None:
@@ -48,6 +54,10 @@ class _Outbox:
         self._on_overflow = on_overflow
         self._on_bytes = on_bytes
         self.closed = False
+        self.send_now: Callable[[bytes], bool] = lambda frame: False
+        """Write one frame now if that cannot block or reorder; False: it was not written."""
+        self._writer_waits = False
+        """The writer waits in ``take``: everything it took has been sent."""
 
     def _count(self, delta: int) -> None:
         self.bytes += delta
@@ -57,6 +67,8 @@ class _Outbox:
         if self.closed:
             return
         if isinstance(item, bytes):
+            if self._writer_waits and not self._items and self.send_now(item):
+                return
             if self.bytes + len(item) > self._limit:
                 self.closed = True
                 self._on_overflow()
@@ -70,7 +82,11 @@ class _Outbox:
         audio merged; its bytes stay counted until ``sent``."""
         while not self._items:
             self._ready.clear()
-            await self._ready.wait()
+            self._writer_waits = True
+            try:
+                await self._ready.wait()
+            finally:
+                self._writer_waits = False
         return self.take_now()
 
     def take_now(self) -> list[bytes | dict | None]:
@@ -125,6 +141,19 @@ def _merged(items: list[bytes | dict | None]) -> list[bytes | dict | None]:
     if run:
         out.append(b"".join(run))
     return out
+
+
+def _binary_frame(payload: bytes) -> bytes:
+    """One unmasked, uncompressed, final WebSocket binary frame (RFC 6455 5.2: a server
+    never masks; this socket never compresses)."""
+    n = len(payload)
+    if n < 126:
+        head = struct.pack("!BB", 0x82, n)
+    elif n < 1 << 16:
+        head = struct.pack("!BBH", 0x82, 126, n)
+    else:
+        head = struct.pack("!BBQ", 0x82, 127, n)
+    return head + payload
 
 
 class _Connection:
@@ -284,6 +313,18 @@ async def stream(request: web.Request) -> web.StreamResponse:
                     timer.cancel()
                 out.sent(unsent.popleft())
 
+    transport = request.transport
+
+    def send_now(frame: bytes) -> bool:
+        """An audio frame straight into the socket where nothing waits in its buffer (so
+        the write cannot block, and the slow-client timer has nothing to watch)."""
+        if (ws.closed or transport is None or transport.is_closing()
+                or transport.get_write_buffer_size()):
+            return False
+        transport.write(_binary_frame(frame))
+        return True
+
+    out.send_now = send_now
     write_task = asyncio.create_task(writer(), name="veena-ws-writer")
     try:
         async for msg in ws:
