@@ -5,8 +5,9 @@ The first chunk is a first request; later chunks are continuations that keep the
 At most ``max_chunks_in_flight`` chunks generate at once, so chunk k+1 generates while chunk
 k plays, and consecutive chunks are joined with a crossfade. A chunk's audio is kept while an
 earlier one plays; the chunk playing hands each window on as its decode completes, so a
-window reaches the listener without waking any task (neither the turn's nor the chunk's). The turn owns every request
-it starts: closing it aborts them all. Used by the in-process plugin and by the server.
+window reaches the listener without waking any task (neither the turn's nor the chunk's).
+The turn owns every request it starts: closing it aborts them all. Used by the in-process
+plugin and by the server.
 
 Each chunk's text passes one gate as the turn accepts it: tags the profile does not perform
 are removed (the model would read ``<happy>`` aloud, and user text must not inject special
