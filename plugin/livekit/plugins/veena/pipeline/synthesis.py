@@ -106,24 +106,26 @@ class Synthesis:
         completion (never empty except a final call with nothing left); return at the end.
         Raises what ended it, after the audio before the failure; cancelled, the running
         piece's requests end."""
-        rate, timings = self._p.sample_rate, self.timings
         with full_collections.streaming():  # no full collection while it plays
-            for i, piece in enumerate(self._pieces):
-                last_piece = i == len(self._pieces) - 1
+            await self._play(sink)
 
-                def piece_sink(pcm: np.ndarray, done: bool, last_piece: bool = last_piece
-                               ) -> None:
-                    final = done and last_piece
-                    if len(pcm):
-                        if timings.first_audio is None:
-                            timings.first_audio = time.perf_counter()
-                        timings.audio_seconds += len(pcm) / rate
-                    if len(pcm) or final:
-                        sink(pcm, final)
+    async def _play(self, sink: Callable[[np.ndarray, bool], None]) -> None:
+        rate, timings = self._p.sample_rate, self.timings
+        for i, piece in enumerate(self._pieces):
+            last_piece = i == len(self._pieces) - 1
 
-                self._run = RequestRun(self._p, self, piece, i)
-                self.tracks.append(self._run.track)
-                await self._run.play(piece_sink)
+            def piece_sink(pcm: np.ndarray, done: bool, last_piece: bool = last_piece) -> None:
+                final = done and last_piece
+                if len(pcm):
+                    if timings.first_audio is None:
+                        timings.first_audio = time.perf_counter()
+                    timings.audio_seconds += len(pcm) / rate
+                if len(pcm) or final:
+                    sink(pcm, final)
+
+            self._run = RequestRun(self._p, self, piece, i)
+            self.tracks.append(self._run.track)
+            await self._run.play(piece_sink)
         timings.finished = time.perf_counter()
         logger.info(
             "synthesis done",
@@ -146,19 +148,22 @@ class Synthesis:
             ready.append(AudioChunk(pcm, rate, next(sequence), final))
             wake()
 
-        player = asyncio.create_task(self.play(sink), name=f"veena-synthesis-{self.request_id}")
-        player.add_done_callback(wake)
-        try:
-            while True:
-                while ready:
-                    yield ready.popleft()
-                if player.done():
-                    break
-                reader[:] = [loop.create_future()]
-                await reader[0]
-            player.result()  # what ended it, after the audio before it
-        finally:
-            if not player.done():
-                player.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await player
+        # it plays until the reader has taken its last chunk, not until its last decode
+        with full_collections.streaming():
+            player = asyncio.create_task(self._play(sink),
+                                         name=f"veena-synthesis-{self.request_id}")
+            player.add_done_callback(wake)
+            try:
+                while True:
+                    while ready:
+                        yield ready.popleft()
+                    if player.done():
+                        break
+                    reader[:] = [loop.create_future()]
+                    await reader[0]
+                player.result()  # what ended it, after the audio before it
+            finally:
+                if not player.done():
+                    player.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await player
