@@ -4,7 +4,9 @@ use): batches same-shape windows from every live request of that pipeline.
 A window is a cancellable unit of work: cancelling a request (or the task awaiting its
 window) removes its pending windows before they reach the codec. The codec runs on one
 worker thread, so the event loop never blocks on torch, and one batch runs at a time while
-the next one gathers.
+the next one gathers. No task runs the scheduler: a batch starts from a submit, from the
+previous batch's end (one callback from the worker) or from one timer, so a window costs
+the loop no task wakes of its own.
 """
 
 from __future__ import annotations
@@ -71,8 +73,12 @@ class DecodeScheduler:
         self.stats = SchedulerStats()
         self._listeners: list[Callable[[int, float, float], None]] = []
         self._pending: collections.deque[_Job] = collections.deque()
-        self._wakeup: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.Handle | None = None
+        """When the next batch is due, if none is in the codec: the next loop turn after a
+        submit, or the first window's ``max_wait_ms``."""
+        self._running: list[_Job] | None = None
+        """The batch in the codec now (one at a time; the next gathers meanwhile)."""
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="veena-decode")
         self._closed = False
         self._cost: dict[int, float] = {}
@@ -84,11 +90,6 @@ class DecodeScheduler:
         self.last_done = time.monotonic()
         """When the codec last finished a batch: proof that queued windows will move."""
 
-    def _ensure_running(self) -> None:
-        if self._task is None or self._task.done():
-            self._wakeup = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="veena-decode")
-
     def submit(self, request_id: str, item: CodecInput,
                on_done: Callable[[asyncio.Future], None] | None = None) -> asyncio.Future:
         """Queue one window and return its future (cancel it to drop the window).
@@ -98,11 +99,17 @@ class DecodeScheduler:
         callback would be; not when the caller cancels the future itself."""
         if self._closed:
             raise RuntimeError("decode scheduler is closed")
-        self._ensure_running()
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # a new event loop (the scheduler serves one at a time): what was queued on the
+            # old one can never be delivered there
+            self._loop, self._timer, self._running = loop, None, None
+            self._pending.clear()
+        fut = loop.create_future()
         self._pending.append(_Job(request_id, item, fut, time.perf_counter(), on_done))
-        assert self._wakeup is not None
-        self._wakeup.set()
+        if self._running is None and self._timer is None:
+            # the batch starts a loop turn later, with every window submitted in this one
+            self._timer = loop.call_soon(self._on_timer)
         return fut
 
     def decode_cost(self, steps: int) -> float | None:
@@ -203,53 +210,76 @@ class DecodeScheduler:
         self._pending = rest
         return batch
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        assert self._wakeup is not None
-        while not self._closed:
-            if not self._pending:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            first = self._pending[0].enqueued
-            wait = self.options.max_wait_ms / 1000.0 - (time.perf_counter() - first)
-            if wait > 0 and len(self._pending) < self.batch_limit():
-                await asyncio.sleep(wait)
-            batch = self._take_batch()
-            if not batch:
-                continue
-            submitted = time.perf_counter()
-            try:
-                results, started, done = await loop.run_in_executor(
-                    self._executor, self._decode_timed, [j.input for j in batch]
-                )
-            except asyncio.CancelledError:  # closed mid-call: its windows end with it
-                for job in batch:
-                    if job.future.cancel():
-                        _notify(job)
-                raise
-            except Exception as e:  # the codec failed: every window of this batch fails
-                logger.exception("codec decode failed", extra={"batch": len(batch)})
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(e)
-                        _notify(job)
-                continue
-            self.last_done = time.monotonic()
-            self._measure(batch, started, done)
-            wait_mean = sum(submitted - j.enqueued for j in batch) / len(batch)
-            self.stats.batches += 1
-            self.stats.windows += len(batch)
-            self.stats.decoded_steps += sum(int(j.input.codes.shape[0]) for j in batch)
-            self.stats.batch_sizes[len(batch)] += 1
-            self.stats.queue_wait_s_total += wait_mean * len(batch)
-            self.stats.decode_s_total += done - started
-            for listener in self._listeners:
-                listener(len(batch), wait_mean, done - started)
-            for job, audio in zip(batch, results):
+    def _schedule(self) -> None:
+        """With no batch in the codec: start the next one now, or arm one timer for when its
+        first window has waited ``max_wait_ms`` for company. Called where that can change
+        (a batch's end, the timer), so no task sleeps or polls."""
+        if self._closed or self._running is not None or self._loop is None:
+            return
+        if not self._pending:
+            self._cancel_timer()
+            return
+        wait = self.options.max_wait_ms / 1000.0 - (time.perf_counter() - self._pending[0].enqueued)
+        if wait > 0 and len(self._pending) < self.batch_limit():
+            if self._timer is None:
+                self._timer = self._loop.call_later(wait, self._on_timer)
+            return
+        self._cancel_timer()
+        batch = self._take_batch()
+        if not batch:
+            return
+        self._running = batch
+        submitted = time.perf_counter()
+        loop = self._loop
+        work = self._executor.submit(self._decode_timed, [j.input for j in batch])
+        work.add_done_callback(lambda w: _call_back(loop, self._finish, batch, submitted, w))
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._schedule()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _finish(self, batch: list[_Job], submitted: float,
+                work: concurrent.futures.Future) -> None:
+        """On the loop, once per codec call: route its windows back, then start the next."""
+        if self._running is not batch:  # closed meanwhile: its windows ended in aclose
+            return
+        error = None if work.cancelled() else work.exception()
+        if work.cancelled() or error is not None:  # every window of this batch fails
+            logger.error("codec decode failed", exc_info=error, extra={"batch": len(batch)})
+            failure = error or RuntimeError("codec decode was cancelled")
+            for job in batch:
                 if not job.future.done():
-                    job.future.set_result(audio)
+                    job.future.set_exception(failure)
                     _notify(job)
+            self._running = None
+            self._schedule()
+            return
+        results, started, done = work.result()
+        self.last_done = time.monotonic()
+        self._measure(batch, started, done)
+        wait_mean = sum(submitted - j.enqueued for j in batch) / len(batch)
+        self.stats.batches += 1
+        self.stats.windows += len(batch)
+        self.stats.decoded_steps += sum(int(j.input.codes.shape[0]) for j in batch)
+        self.stats.batch_sizes[len(batch)] += 1
+        self.stats.queue_wait_s_total += wait_mean * len(batch)
+        self.stats.decode_s_total += done - started
+        for listener in self._listeners:
+            try:
+                listener(len(batch), wait_mean, done - started)
+            except Exception:
+                logger.exception("decode batch listener failed")
+        for job, audio in zip(batch, results):
+            if not job.future.done():
+                job.future.set_result(audio)
+                _notify(job)
+        self._running = None  # what the callbacks above submitted joins the next batch
+        self._schedule()
 
     def _decode_timed(self, inputs: list[CodecInput]) -> tuple[list, float, float]:
         """On the worker: the codec call and its own start and end on ``clock``."""
@@ -258,18 +288,23 @@ class DecodeScheduler:
         return results, started, self._clock()
 
     async def aclose(self) -> None:
+        """Drop every queued window and end those in the codec now (the codec call itself
+        finishes on the worker; its results are discarded)."""
         self._closed = True
-        for job in self._pending:
+        self._cancel_timer()
+        for job in [*self._pending, *(self._running or ())]:
             if job.future.cancel():
                 _notify(job)
         self._pending.clear()
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        self._running = None
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _call_back(loop: asyncio.AbstractEventLoop, callback: Callable, *args) -> None:
+    """From the worker: one callback on the loop (none if the loop has closed: nobody is
+    left to take the windows)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)
 
 
 def _notify(job: _Job) -> None:
