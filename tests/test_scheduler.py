@@ -210,3 +210,76 @@ async def test_decode_cost_is_the_codec_call_alone_not_the_loop_delay():
     assert s.decode_cost(4) == pytest.approx(0.003) and s.decode_cost(8) is None
     assert s.stats.decode_s_total == pytest.approx(5 * 0.003)
     await s.aclose()
+
+
+async def test_no_task_runs_the_scheduler_and_windows_queued_meanwhile_join_one_batch():
+    """A batch starts from a submit's next loop turn or the previous batch's end: the
+    scheduler creates no task, and what arrives while the codec is busy goes out together."""
+    codec = _BlockingCodec()
+    s = DecodeScheduler(codec, SchedulerOptions(max_batch=8, max_wait_ms=0, adaptive_batch=False))
+    tasks = asyncio.all_tasks()
+    first = s.submit("a", _win(1, 0))
+    for _ in range(int(HANG_GUARD_S / 0.01)):
+        if codec.entered.is_set():
+            break
+        await asyncio.sleep(0.01)
+    later = [s.submit(f"b{i}", _win(2 + i, 0)) for i in range(3)]
+    assert asyncio.all_tasks() == tasks
+    codec.gate.set()
+    assert [len(a) for a in await asyncio.gather(first, *later)] == [40] * 4
+    assert codec.batches == [1, 3]
+    await s.aclose()
+
+
+async def test_close_mid_decode_ends_each_window_once_and_ignores_the_late_result():
+    codec = _BlockingCodec()
+    s = DecodeScheduler(codec, SchedulerOptions(max_batch=8, max_wait_ms=0, adaptive_batch=False))
+    loop = asyncio.get_running_loop()
+    errors: list[dict] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    ended: list[asyncio.Future] = []
+    try:
+        inside = s.submit("a", _win(1, 0), ended.append)
+        for _ in range(int(HANG_GUARD_S / 0.01)):
+            if codec.entered.is_set():
+                break
+            await asyncio.sleep(0.01)
+        queued = s.submit("b", _win(2, 0), ended.append)
+        await s.aclose()
+        assert inside.cancelled() and queued.cancelled()
+        assert len(ended) == 2 and set(ended) == {inside, queued}
+        codec.gate.set()  # the codec call finishes after the close: nothing more happens
+        for _ in range(int(HANG_GUARD_S / 0.01)):
+            if codec.batches:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        assert len(ended) == 2 and errors == []
+        with pytest.raises(RuntimeError, match="closed"):
+            s.submit("c", _win(3, 0))
+    finally:
+        loop.set_exception_handler(None)
+
+
+class _FailingOnceCodec(GatedCodec):
+    def __init__(self):
+        super().__init__()
+        self.gate.set()
+        self.failed = False
+
+    def decode(self, batch):
+        if not self.failed:
+            self.failed = True
+            raise ValueError("bad window")
+        return super().decode(batch)
+
+
+async def test_codec_failure_fails_its_batch_and_the_next_batch_runs():
+    s = DecodeScheduler(_FailingOnceCodec(), SchedulerOptions(max_batch=1, max_wait_ms=0))
+    ended: list[asyncio.Future] = []
+    bad = s.submit("a", _win(1, 0), ended.append)
+    good = s.submit("b", _win(2, 0), ended.append)
+    with pytest.raises(ValueError, match="bad window"):
+        await bad
+    assert (await good)[0] == 2 and ended == [bad, good]
+    await s.aclose()
