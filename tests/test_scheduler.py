@@ -283,3 +283,21 @@ async def test_codec_failure_fails_its_batch_and_the_next_batch_runs():
         await bad
     assert (await good)[0] == 2 and ended == [bad, good]
     await s.aclose()
+
+
+def test_a_scheduler_moves_to_the_next_event_loop():
+    """One scheduler, two event loops in turn (``asyncio.run`` twice, as a script might):
+    what the first loop left queued is dropped with it, and the second loop decodes."""
+    codec = GatedCodec()
+    codec.gate.set()
+    s = DecodeScheduler(codec, SchedulerOptions(max_batch=1, max_wait_ms=0))
+
+    async def first():
+        s.submit("left", _win(1, 0))  # the loop ends before this window's turn
+
+    async def second():
+        return await s.submit("next", _win(2, 0))
+
+    asyncio.run(first())
+    assert asyncio.run(second())[0] == 2
+    asyncio.run(s.aclose())
