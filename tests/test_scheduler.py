@@ -99,6 +99,15 @@ class _BlockingCodec(GatedCodec):
 HANG_GUARD_S = 120  # only against a hang: a test that fails leaves no thread blocked forever
 
 
+async def _until(condition) -> bool:
+    """Poll ``condition`` until it holds (a bound only against a hang, never a deadline)."""
+    for _ in range(int(HANG_GUARD_S / 0.01)):
+        if condition():
+            return True
+        await asyncio.sleep(0.01)
+    return condition()
+
+
 async def test_torch_decode_never_blocks_the_event_loop():
     """The codec's decode runs on the scheduler's worker thread: while a decode is provably
     inside the codec (blocked on a threading.Event), the event loop keeps running tasks.
@@ -107,10 +116,7 @@ async def test_torch_decode_never_blocks_the_event_loop():
     codec = _BlockingCodec()
     s = DecodeScheduler(codec, SchedulerOptions(max_batch=1, max_wait_ms=0))
     decoding = asyncio.ensure_future(s.submit("big", _win(1, 0)))
-    for _ in range(int(HANG_GUARD_S / 0.01)):
-        if codec.entered.is_set():
-            break
-        await asyncio.sleep(0.01)
+    assert await _until(lambda: codec.entered.is_set())
     assert codec.entered.is_set() and codec.thread != threading.get_ident()
     ticks = 0
 
@@ -219,10 +225,7 @@ async def test_no_task_runs_the_scheduler_and_windows_queued_meanwhile_join_one_
     s = DecodeScheduler(codec, SchedulerOptions(max_batch=8, max_wait_ms=0, adaptive_batch=False))
     tasks = asyncio.all_tasks()
     first = s.submit("a", _win(1, 0))
-    for _ in range(int(HANG_GUARD_S / 0.01)):
-        if codec.entered.is_set():
-            break
-        await asyncio.sleep(0.01)
+    assert await _until(lambda: codec.entered.is_set())
     later = [s.submit(f"b{i}", _win(2 + i, 0)) for i in range(3)]
     assert asyncio.all_tasks() == tasks
     codec.gate.set()
@@ -240,19 +243,13 @@ async def test_close_mid_decode_ends_each_window_once_and_ignores_the_late_resul
     ended: list[asyncio.Future] = []
     try:
         inside = s.submit("a", _win(1, 0), ended.append)
-        for _ in range(int(HANG_GUARD_S / 0.01)):
-            if codec.entered.is_set():
-                break
-            await asyncio.sleep(0.01)
+        assert await _until(lambda: codec.entered.is_set())
         queued = s.submit("b", _win(2, 0), ended.append)
         await s.aclose()
         assert inside.cancelled() and queued.cancelled()
         assert len(ended) == 2 and set(ended) == {inside, queued}
         codec.gate.set()  # the codec call finishes after the close: nothing more happens
-        for _ in range(int(HANG_GUARD_S / 0.01)):
-            if codec.batches:
-                break
-            await asyncio.sleep(0.01)
+        assert await _until(lambda: codec.batches)
         await asyncio.sleep(0.05)
         assert len(ended) == 2 and errors == []
         with pytest.raises(RuntimeError, match="closed"):
