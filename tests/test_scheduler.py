@@ -298,3 +298,21 @@ def test_a_scheduler_moves_to_the_next_event_loop():
     asyncio.run(first())
     assert asyncio.run(second())[0] == 2
     asyncio.run(s.aclose())
+
+
+class _ShortCodec(GatedCodec):
+    """Returns one result too few."""
+
+    def decode(self, batch):
+        return super().decode(batch)[:-1]
+
+
+async def test_a_codec_that_returns_too_few_windows_fails_the_batch():
+    codec = _ShortCodec()
+    codec.gate.set()
+    s = DecodeScheduler(codec, SchedulerOptions(max_batch=4, max_wait_ms=0, adaptive_batch=False))
+    futs = [s.submit(f"r{i}", _win(i, 0)) for i in range(3)]
+    for fut in futs:  # none is left waiting forever
+        with pytest.raises(RuntimeError, match="returned 2 windows for a batch of 3"):
+            await fut
+    await s.aclose()

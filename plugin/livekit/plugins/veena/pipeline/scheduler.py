@@ -248,13 +248,16 @@ class DecodeScheduler:
         """On the loop, once per codec call: route its windows back, then start the next."""
         if self._running is not batch:  # closed meanwhile: its windows ended in aclose
             return
-        error = None if work.cancelled() else work.exception()
-        if work.cancelled() or error is not None:  # every window of this batch fails
+        error = RuntimeError("codec decode was cancelled") if work.cancelled() else \
+            work.exception()
+        if error is None and len(work.result()[0]) != len(batch):
+            error = RuntimeError(f"the codec returned {len(work.result()[0])} windows for a "
+                                 f"batch of {len(batch)}")
+        if error is not None:  # every window of this batch fails
             logger.error("codec decode failed", exc_info=error, extra={"batch": len(batch)})
-            failure = error or RuntimeError("codec decode was cancelled")
             for job in batch:
                 if not job.future.done():
-                    job.future.set_exception(failure)
+                    job.future.set_exception(error)
                     _notify(job)
             self._running = None
             self._schedule()
