@@ -228,11 +228,39 @@ async def _listen(pipeline: Pipeline, n: int, port: int = 0,
     return runner, f"ws://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1/stream"
 
 
+COUNT_CALLBACKS = False
+"""``--count-callbacks``: count every callback the event loop runs while measuring (it
+slows each one a little, so the CPU figures of such a run read slightly high)."""
+
+
+@contextlib.contextmanager
+def _callback_counter():
+    """How many callbacks (task steps and wakes, timers, I/O, ``call_soon``) asyncio's
+    event loop ran in the block: ``[count]``, or ``[None]`` off or under another loop."""
+    counted = [None]
+    if not COUNT_CALLBACKS or not isinstance(asyncio.get_running_loop(),
+                                             asyncio.BaseEventLoop):
+        yield counted
+        return
+    counted[0] = 0
+    run = asyncio.events.Handle._run
+
+    def counting(handle):
+        counted[0] += 1
+        return run(handle)
+
+    asyncio.events.Handle._run = counting
+    try:
+        yield counted
+    finally:
+        asyncio.events.Handle._run = run
+
+
 @contextlib.asynccontextmanager
 async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec):
     """This process's CPU time, event-loop lags and codec graph calls over the block, with
-    ``case``'s disturbance running meanwhile: a dict, filled with ``cpu`` and ``graphs``
-    (``graph_captures``, ...) once the block ends."""
+    ``case``'s disturbance running meanwhile: a dict, filled with ``cpu``, ``callbacks``
+    (None unless counted) and ``graphs`` (``graph_captures``, ...) once the block ends."""
     out: dict = {"lags": []}
     graphs = graph_counts(codec)
     deltas = llm.deltas
@@ -240,9 +268,11 @@ async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec):
     monitor = asyncio.create_task(_lag_monitor(out["lags"]))
     disturb = asyncio.create_task(_disturb(case, llm))
     try:
-        yield out
+        with _callback_counter() as callbacks:
+            yield out
     finally:
         out["cpu"] = time.process_time() - cpu
+        out["callbacks"] = callbacks[0]
         out["deltas"] = llm.deltas - deltas
         monitor.cancel()
         disturb.cancel()
@@ -271,6 +301,7 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     row = _row(case, mode, n, client_out["streams"], measured["cpu"], measured["lags"],
                llm.step_cpu_s)
     row["deltas_per_stream"] = measured["deltas"] / n
+    row["loop_callbacks_per_stream"] = _per_stream(measured["callbacks"], n)
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
     row.update(measured["graphs"])
     return row
@@ -357,6 +388,7 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
                [lag for o in outs for lag in o["lags"]], sum(o["step_cpu"] for o in outs))
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
     row["deltas_per_stream"] = sum(o["deltas"] for o in outs) / n
+    row["loop_callbacks_per_stream"] = None  # not counted in spawned server processes
     for key in outs[0]["graphs"]:
         row[key] = sum(o["graphs"][key] for o in outs)
     return row
@@ -388,9 +420,14 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float,
     row = _row("pipeline_alone", mode, n, results, measured["cpu"], measured["lags"],
                llm.step_cpu_s)
     row["deltas_per_stream"] = measured["deltas"] / n
+    row["loop_callbacks_per_stream"] = _per_stream(measured["callbacks"], n)
     row["client_lag_max_ms"] = None  # the listeners are in this process
     row.update(measured["graphs"])
     return row
+
+
+def _per_stream(count: int | None, n: int) -> float | None:
+    return None if count is None else count / n
 
 
 def _row(case: str, mode: str, n: int, results: list[dict], cpu: float,
@@ -418,7 +455,8 @@ def _markdown(rows: list[dict], notes: dict) -> str:
     cols = ["case", "mode", "streams", "workers", "server_cpu_ms_per_audio_s", "engine_alone_ms_per_audio_s",
             "ours_ms_per_audio_s", "ours_in_run_ms_per_audio_s", "loop_lag_p99_ms",
             "loop_lag_max_ms", "client_lag_max_ms", "gap_s_mean", "gap_s_max",
-            "first_audio_p50_ms", "first_audio_p95_ms", "deltas_per_stream"]
+            "first_audio_p50_ms", "first_audio_p95_ms", "deltas_per_stream",
+            "loop_callbacks_per_stream"]
 
     def fmt(v) -> str:
         return "" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
@@ -527,8 +565,12 @@ if __name__ == "__main__":
                     help="snac on CUDA: replay the decoder from CUDA graphs")
     ap.add_argument("--max-batch", type=int, default=SchedulerOptions.max_batch,
                     help="windows per codec call at most (the scheduler's max_batch)")
+    ap.add_argument("--count-callbacks", action="store_true",
+                    help="also count the event loop's callbacks per stream (server in this "
+                         "process and pipeline alone; asyncio's loop only)")
     setup()
     args = ap.parse_args()
+    COUNT_CALLBACKS = args.count_callbacks
     if args.loop == "uvloop":
         import uvloop
 

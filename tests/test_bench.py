@@ -116,7 +116,7 @@ def test_scheduler_bench_compares_the_planners():
 def test_control_plane_bench():
     _run(sys.executable, "bench/control_plane.py", "--streams", "4", "--disturb-streams", "4",
          "--cases", "normal,stall", "--modes", "adaptive", "--frames", "24",
-         "--stagger-s", "0.2", "--workers", "0,2")
+         "--stagger-s", "0.2", "--workers", "0,2", "--count-callbacks")
     rows = _rows("control_plane")
     assert [(r["case"], r["mode"], r["workers"]) for r in rows] == [
         ("normal", "adaptive", 0), ("normal", "adaptive", 2), ("stall", "adaptive", 0),
@@ -126,6 +126,9 @@ def test_control_plane_bench():
         assert r["server_cpu_ms_per_audio_s"] > 0 and r["ours_ms_per_audio_s"] is not None
         assert 0 < r["ours_in_run_ms_per_audio_s"] < r["server_cpu_ms_per_audio_s"]
         assert 1 <= r["deltas_per_stream"] <= 24 * 7  # at most one per token
+        # counted in this process (a pulled token and a decoded window each cost a few)
+        assert (r["loop_callbacks_per_stream"] is None) == (r["workers"] == 2)
+        assert r["workers"] == 2 or r["loop_callbacks_per_stream"] > r["deltas_per_stream"]
     md = (Path(os.environ["VEENA_BENCH_RESULTS"]) / "control_plane.md").read_text()
     assert md.startswith("| case | mode |") and "Largest N held" in md
 
