@@ -250,19 +250,26 @@ class DecodeScheduler:
             return
         error = RuntimeError("codec decode was cancelled") if work.cancelled() else \
             work.exception()
-        if error is None and len(work.result()[0]) != len(batch):
-            error = RuntimeError(f"the codec returned {len(work.result()[0])} windows for a "
-                                 f"batch of {len(batch)}")
+        if error is None:
+            results, started, done = work.result()
+            if len(results) != len(batch):
+                error = RuntimeError(f"the codec returned {len(results)} windows for a "
+                                     f"batch of {len(batch)}")
         if error is not None:  # every window of this batch fails
             logger.error("codec decode failed", exc_info=error, extra={"batch": len(batch)})
             for job in batch:
                 if not job.future.done():
                     job.future.set_exception(error)
                     _notify(job)
-            self._running = None
-            self._schedule()
-            return
-        results, started, done = work.result()
+        else:
+            self._delivered(batch, submitted, results, started, done)
+        self._running = None  # what the callbacks above submitted joins the next batch
+        self._schedule()
+
+    def _delivered(self, batch: list[_Job], submitted: float, results: list,
+                   started: float, done: float) -> None:
+        """A codec call that succeeded: its measurements and stats, then each window's
+        result and completion."""
         self.last_done = time.monotonic()
         self._measure(batch, started, done)
         wait_mean = sum(submitted - j.enqueued for j in batch) / len(batch)
@@ -281,8 +288,6 @@ class DecodeScheduler:
             if not job.future.done():
                 job.future.set_result(audio)
                 _notify(job)
-        self._running = None  # what the callbacks above submitted joins the next batch
-        self._schedule()
 
     def _decode_timed(self, inputs: list[CodecInput]) -> tuple[list, float, float]:
         """On the worker: the codec call and its own start and end on ``clock``."""
