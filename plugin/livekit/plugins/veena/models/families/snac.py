@@ -28,7 +28,9 @@ class SnacTrack:
         return len(frames)
 
     def window_input(self, w: Window, seed: int) -> CodecInput:
-        return CodecInput(codes=np.stack(self.steps[w.start : w.end]), start_step=w.start, seed=seed)
+        # np.array, not np.stack: the same [frames, 7] array for a third of the cost per window
+        return CodecInput(codes=np.array(self.steps[w.start : w.end]), start_step=w.start,
+                          seed=seed)
 
     @property
     def speaker_globals(self) -> tuple[int, ...] | None:
