@@ -24,9 +24,12 @@ install() {  # one chain: errexit does not apply inside an `if` condition
   { [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"; } \
     && "$VENV/bin/python" -m pip install -q --upgrade pip \
     && "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]" \
+    && "$VENV/bin/python" -m pip install -q --no-deps orpheus-speech==0.1.0 \
     && { "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true; } \
     && "$VENV/bin/python" -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "veena-src.pth").write_text(str(pathlib.Path("plugin").resolve()) + "\n")'
 }
+# orpheus-speech: the reference decoder bench/scheduler.py runs side by side with ours (its
+# decoder module only; --no-deps, since it asks for the CUDA build of vLLM).
 # veena-src.pth puts plugin/ on sys.path beside the editable install's import hook, so tools
 # that list the livekit.plugins namespace (`python -m livekit.agents download-files`) see us
 if [ -n "${VEENA_VERBOSE:-}" ]; then

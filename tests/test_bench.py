@@ -102,10 +102,16 @@ def test_server_load_bench():
 
 def test_scheduler_bench_compares_the_planners():
     _run(sys.executable, "bench/scheduler.py", "--streams", "1", "--seconds", "1",
-         "--speeds", "2.0,inf")
+         "--speeds", "2.0,inf", "--modes", "ramp,adaptive,peer_orpheus")
     rows = _rows("scheduler")
     assert [(r["mode"], r["token_rate_x_realtime"]) for r in rows] == [
-        ("ramp", 2.0), ("adaptive", 2.0), ("ramp", None), ("adaptive", None)]
+        ("ramp", 2.0), ("adaptive", 2.0), ("peer_orpheus", 2.0),
+        ("ramp", None), ("adaptive", None), ("peer_orpheus", None)]
+    peer = [r for r in rows if r["mode"] == "peer_orpheus"]
+    # the reference keeps one frame of each 4-frame decode, from the 4th frame on
+    assert all(r["decoded_per_kept"] == pytest.approx(4.0)
+               and r["windows"] == int(24000 / 2048) - 3 for r in peer)
+    rows = [r for r in rows if r["mode"] != "peer_orpheus"]
     frames = int(1.0 * 24000 / 2048)
     for r in rows:
         assert r["first_audio_p50_ms"] > 0 and r["gap_s_after_first_audio"] >= 0

@@ -1,12 +1,14 @@
 """The pipeline end to end on the real vLLM engine (tiny random Veena-layout model)."""
 
 import asyncio
+import threading
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from livekit.plugins.veena.codecs.base import CodecInput
+from livekit.plugins.veena.codecs.torch_threads import single_threaded_torch
 from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
 from livekit.plugins.veena.pipeline.pipeline import (
     EmptyTextError,
@@ -54,6 +56,49 @@ async def test_audio_length_is_frames_times_2048_and_matches_one_pass(pipeline, 
     err = got - np.clip(one, -1, 1)
     assert np.sqrt(np.mean(err**2)) / np.sqrt(np.mean(one**2)) < 1e-3
     assert np.abs(err).max() < 5e-3
+
+
+class _ThreadNoting:
+    """The session's codec, noting the thread of each warm-up and decode."""
+
+    def __init__(self, codec):
+        self._codec = codec
+        self.name, self.sample_rate = codec.name, codec.sample_rate
+        self.samples_per_step = codec.samples_per_step
+        self.threads: dict[str, set[int]] = {"warmup": set(), "decode": set()}
+
+    def warmup(self):
+        self.threads["warmup"].add(threading.get_ident())
+        self._codec.warmup()
+
+    def decode(self, batch):
+        self.threads["decode"].add(threading.get_ident())
+        return self._codec.decode(batch)
+
+
+async def test_the_codec_warms_up_and_decodes_on_one_thread(pipeline):
+    """A second torch thread team in the process slows every CPU decode (libgomp stops
+    spinning): the warm-up runs on the decode thread, never on the event loop's or another."""
+    codec = _ThreadNoting(pipeline.scheduler.codec)
+    own = Pipeline(pipeline.engine, codec, pipeline.profile, pipeline.options)
+    try:
+        await own.start()
+        await own.synthesize("One thread.", sampling=_sampling(pipeline, 70), seed=2).collect()
+    finally:
+        await own.scheduler.aclose()
+    assert len(codec.threads["warmup"]) == 1 and codec.threads["warmup"] == codec.threads["decode"]
+    assert threading.get_ident() not in codec.threads["decode"]
+
+
+def test_single_threaded_torch_leaves_the_count_as_it_was():
+    import torch
+
+    before = torch.get_num_threads()
+    with single_threaded_torch("cpu"):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with single_threaded_torch("cuda:0"):  # not the CPU: untouched
+        assert torch.get_num_threads() == before
 
 
 async def test_cancel_aborts_vllm_request_and_drops_windows(pipeline):

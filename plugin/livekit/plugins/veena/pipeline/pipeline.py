@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..codecs.base import Codec
+from ..codecs.torch_threads import single_threaded_torch
 from ..models.download import llm_location, local_checkpoint
 from ..models.families import ModelFamily, family_for
 from ..models.profiles import (
@@ -235,8 +236,9 @@ class Pipeline:
             import torch
 
             torch.set_num_threads(options.torch_threads)
-        codec = family_for(prof).load_codec(codec_model, options.codec_device,
-                                            cuda_graphs=options.codec_cuda_graphs)
+        with single_threaded_torch(options.codec_device):
+            codec = family_for(prof).load_codec(codec_model, options.codec_device,
+                                                cuda_graphs=options.codec_cuda_graphs)
         engine = VllmEngine(engine_options or EngineOptions.from_env(llm_location(model, prof)))
         pipeline = cls(engine, codec, prof, options)
         pipeline.codec_model = codec_model
@@ -254,7 +256,7 @@ class Pipeline:
             timeout = self.engine.options.startup_timeout_s
         loop = asyncio.get_running_loop()
         if self._warm is None:
-            self._warm = loop.run_in_executor(None, self.codec.warmup)
+            self._warm = self.scheduler.run_on_codec_thread(self.codec.warmup)
         await self.engine.start(timeout)
         await asyncio.shield(self._warm)
         if self._graphs is None:

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from ..codecs.base import Codec, CodecInput
 
@@ -111,6 +111,11 @@ class DecodeScheduler:
             # the batch starts a loop turn later, with every window submitted in this one
             self._timer = loop.call_soon(self._on_timer)
         return fut
+
+    def run_on_codec_thread(self, fn: Callable[[], Any]) -> asyncio.Future:
+        """``fn()`` on the thread that decodes, in turn with the batches (the codec's warm-up):
+        the codec's torch work stays on one thread (``codecs/torch_threads``)."""
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     def decode_cost(self, steps: int) -> float | None:
         """Seconds the codec takes for a window of ``steps`` steps, as measured on this
