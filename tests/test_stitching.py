@@ -83,9 +83,10 @@ def test_chunk_joiner_crossfades_each_seam_and_keeps_float():
     joiner = ChunkJoiner(fade)
     a = np.full(100, 0.5, dtype=np.float32)
     b = np.full(60, -0.25, dtype=np.float32)
-    out = [joiner.push(a[:30]), joiner.push(a[30:])]
+    out = [joiner.push(a[:30]), joiner.push(a[30:], last=True)]
+    assert len(out[0]) == 30  # within a chunk nothing is held back
     joiner.end_chunk()
-    out += [joiner.push(b), joiner.finish()]
+    out += [joiner.push(b, last=True), joiner.finish()]
     audio = np.concatenate(out)
     assert audio.dtype == np.float32 and all(o.dtype == np.float32 for o in out)
     assert len(audio) == len(a) + len(b) - fade  # one crossfade, no gap
@@ -95,18 +96,32 @@ def test_chunk_joiner_crossfades_each_seam_and_keeps_float():
     assert len(joiner.finish()) == 0  # nothing is held after finish
 
 
+def test_chunk_joiner_holds_nothing_back_within_a_chunk():
+    """At exactly real time the listener needs every sample the moment it exists: a push
+    that is not its chunk's last comes out whole, at once (holding each push's tail made
+    every stream run dry 15 ms early at its first seam)."""
+    from livekit.plugins.veena.pipeline.stitching import ChunkJoiner
+
+    joiner = ChunkJoiner(8)
+    pushes = [np.full(n, 0.1 * k, np.float32) for k, n in enumerate((30, 40, 50), 1)]
+    assert [len(joiner.push(p)) for p in pushes] == [30, 40, 50]
+    assert len(joiner.push(np.ones(20, np.float32), last=True)) == 12  # the seam's tail held
+    joiner.end_chunk()
+    assert len(joiner.finish()) == 8
+
+
 def test_chunk_joiner_short_chunks_and_no_crossfade():
     from livekit.plugins.veena.pipeline.stitching import ChunkJoiner
 
     joiner = ChunkJoiner(0)
-    parts = [joiner.push(np.ones(5, np.float32))]
+    parts = [joiner.push(np.ones(5, np.float32), last=True)]
     joiner.end_chunk()
-    parts.append(joiner.push(np.zeros(3, np.float32)))
+    parts.append(joiner.push(np.zeros(3, np.float32), last=True))
     assert len(np.concatenate(parts + [joiner.finish()])) == 8
     joiner = ChunkJoiner(16)  # chunks shorter than the crossfade still add up
     total = 0
     for n in (4, 7, 30):
-        total += len(joiner.push(np.full(n, 0.1, np.float32)))
+        total += len(joiner.push(np.full(n, 0.1, np.float32), last=True))
         joiner.end_chunk()
     total += len(joiner.finish())
     assert total == 4 + 7 + 30 - 4 - 7  # each short chunk fades entirely into the next

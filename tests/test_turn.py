@@ -38,6 +38,19 @@ async def test_turn_joins_chunks_in_order_as_float(pipeline):
     assert await engine_settled(pipeline)
 
 
+async def test_a_chunk_reaches_the_listener_whole_as_decoded(pipeline):
+    """Within a chunk no sample waits for the next window (at exactly real time each would be
+    a sample the listener runs dry without): every push is whole frames, except the last
+    window's, whose 15 ms tail waits for a next chunk's seam and comes at the turn's end."""
+    turn = Turn(pipeline, replace(_options(pipeline, chunk_crossfade_ms=15.0),
+                                  sampling=replace(pipeline.default_sampling(), max_tokens=70)))
+    lengths = []
+    await turn.speak(_texts("Whole frames, window by window."), lambda pcm: lengths.append(len(pcm)))
+    assert len(lengths) >= 3 and sum(lengths) == 10 * 2048
+    assert all(n % 2048 == 0 for n in lengths[:-2])
+    assert lengths[-2] % 2048 == 2048 - 360 and lengths[-1] == 360
+
+
 async def test_turn_is_deterministic_for_a_seed(pipeline):
     runs = []
     for _ in range(2):

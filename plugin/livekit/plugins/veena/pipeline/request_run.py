@@ -110,6 +110,8 @@ class RequestRun:
         self._finished: asyncio.Future | None = None
         """Done once every window went to the sink, or failed with what ended the run."""
         self._no_more_windows = False
+        self._done_sent = False
+        """The sink has had its ``done`` call (with the last window's audio)."""
         self._producer: asyncio.Task | None = None
         self.pending_windows = 0
         self.awaiting_tokens = True
@@ -134,9 +136,10 @@ class RequestRun:
 
     async def play(self, sink: Callable[[np.ndarray, bool], None]) -> None:
         """Run to the end: ``sink(samples, done)`` gets the stitched audio of each window as
-        its decode completes (called from that completion, in order), then the stitcher's
-        tail with ``done``. Raises what ended the run (a decode, engine or sink failure, in
-        order); cancelled, the run ends (``aclose``)."""
+        its decode completes (called from that completion, in order), ``done`` with the
+        last window's (or, where no window was last, once at the end with no samples).
+        Raises what ended the run (a decode, engine or sink failure, in order); cancelled,
+        the run ends (``aclose``)."""
         await self._p.start()
         self._sink = sink
         self._finished = asyncio.get_running_loop().create_future()
@@ -145,7 +148,9 @@ class RequestRun:
         try:
             await self._finished
             await self._producer  # re-raise an engine failure
-            sink(self.stitcher.finish(), True)
+            tail = self.stitcher.finish()
+            if not self._done_sent:
+                sink(tail, True)
         finally:
             await self.aclose()
 
@@ -167,7 +172,11 @@ class RequestRun:
                 timings = self._syn.timings
                 if timings.first_decode_done is None:
                     timings.first_decode_done = time.perf_counter()
-                self._sink(self.stitcher.push(window, audio), False)
+                # the last window: nothing is submitted after it and no window will follow
+                last = not submitted and (self._no_more_windows or (
+                    self.planner is not None and self.planner.exhausted))
+                self._done_sent = last
+                self._sink(self.stitcher.push(window, audio), last)
         except Exception as e:  # the run ends with it, where the listener has reached
             finished.set_exception(e)
             return

@@ -73,8 +73,11 @@ class Stitcher:
 class ChunkJoiner:
     """Joins the (float) audio of consecutive text chunks of one turn with a short crossfade.
 
-    The last ``crossfade`` samples of a chunk are held back and faded into the first
-    samples of the next chunk, so the seam between two requests has no click and no gap.
+    A chunk's audio passes straight through, except the last ``crossfade`` samples of its
+    last push (``last``), which are held back and faded into the first samples of the next
+    chunk, so the seam between two requests has no click and no gap. Nothing else is held:
+    at exactly real time every held sample would be a sample the listener runs dry without
+    (holding the tail of every push cost each stream 15 ms of gap at its first seam).
     ``finish`` releases the held samples of the last chunk. Audio stays float: it is
     rounded to int16 once, at the plugin or server edge.
     """
@@ -84,14 +87,17 @@ class ChunkJoiner:
         self._held = np.zeros(0, dtype=np.float32)
         self._fade_in = np.zeros(0, dtype=np.float32)  # held tail awaiting the next chunk
 
-    def push(self, pcm: np.ndarray) -> np.ndarray:
+    def push(self, pcm: np.ndarray, last: bool = False) -> np.ndarray:
+        """``last``: the chunk's last audio (its tail is held for the next chunk's seam; a
+        last push shorter than the crossfade holds all of itself)."""
         audio = pcm.astype(np.float32, copy=False)
         if len(self._fade_in):
             n = min(len(self._fade_in), len(audio))
             audio = np.concatenate([crossfade(self._fade_in[:n], audio[:n]), audio[n:]])
             self._fade_in = self._fade_in[n:]
-        audio = np.concatenate([self._held, audio])
-        cut = max(0, len(audio) - self.crossfade)
+        if len(self._held):
+            audio = np.concatenate([self._held, audio])
+        cut = max(0, len(audio) - self.crossfade) if last else len(audio)
         self._held = audio[cut:]
         return audio[:cut]
 

@@ -94,8 +94,8 @@ class _ChunkAudio:
     failure that ended it, delivered where the listener reaches this chunk)."""
 
     def __init__(self) -> None:
-        self._kept: list[np.ndarray] = []
-        self._sink: Callable[[np.ndarray], None] | None = None
+        self._kept: list[tuple[np.ndarray, bool]] = []
+        self._sink: Callable[[np.ndarray, bool], None] | None = None
         self.samples = 0
         self.error: BaseException | None = None
         self._ended = asyncio.get_running_loop().create_future()
@@ -104,28 +104,29 @@ class _ChunkAudio:
     def ended(self) -> bool:
         return self._ended.done()
 
-    def put(self, pcm: np.ndarray) -> None:
+    def put(self, pcm: np.ndarray, last: bool) -> None:
+        """``last``: the chunk's last audio."""
         if self._sink is None:
-            self._kept.append(pcm)
+            self._kept.append((pcm, last))
         else:
-            self._pass(pcm)
+            self._pass(pcm, last)
 
-    def _pass(self, pcm: np.ndarray) -> None:
+    def _pass(self, pcm: np.ndarray, last: bool) -> None:
         self.samples += len(pcm)
-        self._sink(pcm)
+        self._sink(pcm, last)
 
     def end(self, error: BaseException | None = None) -> None:
         if not self.ended:
             self.error = error
             self._ended.set_result(None)
 
-    def play(self, sink: Callable[[np.ndarray], None]) -> None:
+    def play(self, sink: Callable[[np.ndarray, bool], None]) -> None:
         """This chunk is the one playing: what was kept goes to ``sink`` now, the rest as
         it comes."""
         kept, self._kept = self._kept, []
         self._sink = sink
-        for pcm in kept:
-            self._pass(pcm)
+        for pcm, last in kept:
+            self._pass(pcm, last)
 
     async def wait_end(self, timeout: float) -> None:
         """Until the chunk ends or ``timeout`` passes (no cancellation of the waiting task:
@@ -206,7 +207,7 @@ class Turn:
             def put(pcm: np.ndarray, final: bool) -> None:  # from the decode's completion
                 self._learn_globals(syn.speaker_globals)
                 if len(pcm):
-                    out.put(pcm)
+                    out.put(pcm, final)
 
             await syn.play(put)
             self.chunk_globals.append(syn.speaker_globals)
@@ -261,10 +262,10 @@ class Turn:
         # being cancelled nothing more reaches the listener (cancelling(): Python 3.11+)
         cancelling = getattr(asyncio.current_task(), "cancelling", lambda: 0)
 
-        def play(pcm: np.ndarray) -> None:
+        def play(pcm: np.ndarray, last: bool) -> None:
             if cancelling():
                 return
-            pcm = joiner.push(pcm)
+            pcm = joiner.push(pcm, last)
             if len(pcm):
                 push(pcm)
                 self.audio_pushed = True
