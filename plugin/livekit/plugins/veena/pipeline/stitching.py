@@ -89,7 +89,9 @@ class ChunkJoiner:
 
     def push(self, pcm: np.ndarray, last: bool = False) -> np.ndarray:
         """``last``: the chunk's last audio (its tail is held for the next chunk's seam; a
-        last push shorter than the crossfade holds all of itself)."""
+        last push shorter than the crossfade holds all of itself). A chunk whose last audio
+        came unflagged (a window with no right context can be handed on before its request
+        is known to have ended) joins the next one without a crossfade."""
         audio = pcm.astype(np.float32, copy=False)
         if len(self._fade_in):
             n = min(len(self._fade_in), len(audio))
