@@ -4,8 +4,9 @@ decode path.
 Each stream is the product's own ``Pipeline.synthesize`` (request run, window planner,
 decode scheduler, SNAC codec with random init, stitcher) fed by a paced token source at a
 multiple of the real-time token rate (1.0 = 82 tokens/s, a frame every 85.3 ms; ``inf`` = all
-tokens at once). Each row runs both planners in one process, one after the other, on the same
-codec: ``ramp`` is the fixed 2, 2, 4, 8, 8... ramp with batches up to 16, ``adaptive`` the
+tokens at once). Each row (a planner at a stream count and a rate) runs in its own process,
+on a codec built and warmed up as ``Pipeline.from_model`` and ``Pipeline.start`` do:
+``ramp`` is the fixed 2, 2, 4, 8, 8... ramp with batches up to 16, ``adaptive`` the
 listener-paced planner with the measured batch limit (the defaults). Reported per mode: first
 audio, gaps the listener hears after first audio (it plays what it has and pauses when dry),
 and decode work per kept step (``decoded_per_kept``: 1.0 is a one-pass decode).
