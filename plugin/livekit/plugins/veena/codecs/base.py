@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable, Protocol, Sequence
+from typing import Any, Hashable, Protocol, Sequence
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class StreamPart:
+    """What one window does to its stream: feed the steps of its codes past the first
+    ``skip`` (fed by earlier windows), end the stream after them (``flush``: no step
+    follows), and hand out the audio through step ``keep_end`` (everything left when
+    ``last``)."""
+
+    stream: Any
+    """The request's decoder state (``snac_streaming.SnacStream``)."""
+    skip: int
+    keep_end: int
+    flush: bool
+    last: bool
 
 
 @dataclass
@@ -19,9 +34,19 @@ class CodecInput:
     seed: int
     speaker: np.ndarray | None = None
     """BiCodec: the 32 global ids of the utterance; unused by SNAC."""
+    stream: StreamPart | None = None
+    """A streaming codec's part of its request's stream:
+    the codec decodes only the steps it has not seen and keeps its state there."""
 
     def batch_key(self) -> Hashable:
+        if self.stream is not None:  # a hint: the codec regroups by the streams' real state
+            return ("stream", self.work_steps, self.stream.flush, self.start_step == 0)
         return self.codes.shape
+
+    @property
+    def work_steps(self) -> int:
+        """Steps the codec decodes for this window (a stream's steps already fed: none)."""
+        return self.codes.shape[0] - (self.stream.skip if self.stream is not None else 0)
 
 
 class Codec(Protocol):

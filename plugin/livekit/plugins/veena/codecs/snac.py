@@ -19,6 +19,7 @@ from torch import nn
 
 from .base import CodecInput
 from .cuda_graphs import batch_plan, first_rows, graphed_or_none
+from .snac_streaming import SnacStream, SnacStreamDecoder
 
 logger = logging.getLogger(__name__)
 
@@ -103,10 +104,12 @@ class SnacCodec:
         noise: bool = True,
         cuda_graphs: bool = False,
         max_graph_batch: int = 64,
+        streaming: bool = False,
     ) -> None:
         """``cuda_graphs``: replay the decoder from a CUDA graph per (padded batch, window
         size) when ``device`` is CUDA (see ``cuda_graphs``); batches above ``max_graph_batch``
-        decode eagerly."""
+        decode eagerly. ``streaming``: decode each request incrementally
+        (``snac_streaming``): every step once, the one-pass audio; no CUDA graphs."""
         self.model = model.to(device).eval().float()
         self.device = torch.device(device)
         self.sample_rate = int(model.sampling_rate)
@@ -117,7 +120,16 @@ class SnacCodec:
         self._keys.enabled = noise
         self._install_keyed_noise()
         self.max_graph_batch = max_graph_batch
-        self.graphs = graphed_or_none(self._decode_tensors, self.device, cuda_graphs, name="snac")
+        self.streams = SnacStreamDecoder(self.model, self._level_cols, self.device) \
+            if streaming else None
+        self.lookahead_steps = self.streams.lookahead_steps if self.streams else None
+        """Streaming: steps after a step whose audio is final (a window's right context)."""
+        self.graphs = graphed_or_none(self._decode_tensors, self.device,
+                                      cuda_graphs and not streaming, name="snac")
+
+    def new_stream(self, seed: int) -> SnacStream | None:
+        """A request's decoder state where this codec streams (None: it decodes windows)."""
+        return self.streams.new_stream(seed) if self.streams else None
 
     def _install_keyed_noise(self) -> None:
         from snac.layers import NoiseBlock
@@ -179,6 +191,8 @@ class SnacCodec:
     def decode(self, batch: Sequence[CodecInput]) -> list[np.ndarray]:
         if not batch:
             return []
+        if batch[0].stream is not None:
+            return self.streams.decode(batch)
         call, inputs = self.batch_call(batch)
         return first_rows(call(*inputs), len(batch))
 

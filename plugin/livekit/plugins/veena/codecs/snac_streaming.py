@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .base import CodecInput, StreamPart
+
 @dataclass
 class SnacStream:
     """One utterance's decoder state: per-layer input history and positions, and the audio
@@ -52,16 +54,6 @@ class SnacStream:
     def shapes(self) -> tuple:
         """Streams with equal shapes run their layers on stacked tensors."""
         return (tuple(b.shape[-1] for b in self.buffers), tuple(self.trims))
-
-
-@dataclass(frozen=True)
-class StreamPart:
-    """What a window adds to its stream: the steps in its codes not yet fed, and the steps
-    whose audio it hands out (up to ``keep_end``; everything left when ``final``)."""
-
-    stream: SnacStream
-    keep_end: int
-    final: bool
 
 
 class _Group:
@@ -309,6 +301,7 @@ class SnacStreamDecoder:
         self.model, self.device = model, device
         self._level_cols = list(level_cols)
         self._layers = _Builder().build(model.decoder.model)
+        self._latent_channels = int(model.decoder.model[0].in_channels)
         self.samples_per_step = int(np.prod(model.decoder_rates)) * int(model.vq_strides[0])
         held = self._layers.delay(0) + 0.0
         self.delay_samples = int(held)
@@ -321,57 +314,60 @@ class SnacStreamDecoder:
         return stream
 
     @torch.inference_mode()
-    def decode(self, codes: Sequence[np.ndarray], parts: Sequence[StreamPart]) -> list[np.ndarray]:
-        """``codes[i]``: the steps of ``parts[i]`` not yet fed ([steps, 7]); windows of one
-        stream go in order. Streams whose shapes and new-step counts match run together."""
-        todo = list(range(len(parts)))
-        while todo:
-            first = todo[0]
-            key = self._key(codes[first], parts[first])
+    def decode(self, batch: Sequence[CodecInput]) -> list[np.ndarray]:
+        """One array per window: its kept steps' samples. A stream's windows go in order;
+        streams whose layer shapes and new-step counts match run as one batch."""
+        todo = [(np.asarray(item.codes)[item.stream.skip:], item.stream) for item in batch]
+        for codes, part in todo:
+            if part.stream.ended and len(codes):
+                raise ValueError("steps sent to a stream that has ended")
+        waiting = [(c, p) for c, p in todo if len(c) or (p.flush and not p.stream.ended)]
+        while waiting:
+            key = self._key(*waiting[0])
             group, seen, rest = [], set(), []
-            for i in todo:
-                stream = parts[i].stream
-                if id(stream) not in seen and self._key(codes[i], parts[i]) == key:
-                    group.append(i)
+            for codes, part in waiting:
+                if id(part.stream) not in seen and self._key(codes, part) == key:
+                    group.append((codes, part))
                 else:
-                    rest.append(i)
-                seen.add(id(stream))  # a stream's later windows wait for its earlier ones
-            self._step([codes[i] for i in group], [parts[i] for i in group])
-            todo = rest
-        return [self._hand_out(p) for p in parts]
+                    rest.append((codes, part))
+                seen.add(id(part.stream))  # a stream's later windows wait for its earlier
+            self._step(group)
+            waiting = rest
+        return [self._hand_out(part) for _, part in todo]
 
     @staticmethod
     def _key(codes: np.ndarray, part: StreamPart) -> tuple:
-        return len(codes), part.final, part.stream.shapes()
+        return len(codes), part.flush, part.stream.shapes()
 
-    def _step(self, codes: list[np.ndarray], parts: list[StreamPart]) -> None:
-        streams = [p.stream for p in parts]
-        for stream in streams:
-            if stream.ended:
-                raise ValueError("this stream has already ended")
-        group = _Group(streams, parts[0].final, self.device)
-        audio = self._layers.run(self._latents(codes), group)
-        group.store()
+    def _step(self, group: list[tuple[np.ndarray, StreamPart]]) -> None:
+        streams = [part.stream for _, part in group]
+        flush = group[0][1].flush
+        state = _Group(streams, flush, self.device)
+        audio = self._layers.run(self._latents([codes for codes, _ in group]), state)
+        state.store()
         out = audio[:, 0, :].float().cpu().numpy()
-        for i, (stream, part) in enumerate(zip(streams, parts)):
-            stream.audio = np.concatenate([stream.audio, out[i]]) if len(stream.audio) else out[i]
-            stream.fed += len(codes[i])
-            stream.ended = part.final
+        for row, (codes, part) in zip(out, group):
+            stream = part.stream
+            stream.audio = np.concatenate([stream.audio, row]) if len(stream.audio) else row
+            stream.fed += len(codes)
+            stream.ended = flush
 
     def _latents(self, codes: list[np.ndarray]) -> torch.Tensor:
         """SNAC's quantizer output for the new steps: step by step, no context needed."""
-        quantizer, batch = self.model.quantizer, np.stack(codes)
+        batch = np.stack(codes)
+        if batch.shape[1] == 0:  # a flush with no new step
+            return torch.zeros(len(codes), self._latent_channels, 0, device=self.device)
         levels = [torch.from_numpy(np.ascontiguousarray(batch[:, :, cols].reshape(len(codes), -1)))
                   .to(self.device) for cols in self._level_cols]
-        return quantizer.from_codes(levels)
+        return self.model.quantizer.from_codes(levels)
 
     def _hand_out(self, part: StreamPart) -> np.ndarray:
         stream = part.stream
-        count = len(stream.audio) if part.final else \
+        count = len(stream.audio) if part.last else \
             part.keep_end * self.samples_per_step - stream.handed_out
         if count > len(stream.audio):
-            raise ValueError(f"window needs {count} samples, the stream has {len(stream.audio)} "
-                             "final: too little right context for the decoder's reach")
+            raise ValueError(f"window needs {count} samples, its stream has {len(stream.audio)} "
+                             "final: less right context than the decoder's reach")
         out, stream.audio = stream.audio[:count], stream.audio[count:]
         stream.handed_out += count
         return out

@@ -79,6 +79,10 @@ class PipelineOptions:
     scheduler: SchedulerOptions = SchedulerOptions()
     codec_device: str = "cpu"
     codec_cuda_graphs: bool = True
+    snac_streaming: bool = False
+    """Decode SNAC incrementally (``codecs.snac_streaming``): every step once and exactly the
+    one-pass audio, at the cost of one more step before first audio's context is whole
+    (the decoder's reach) and no CUDA graphs; False: overlapping windows."""
     """Where the codec runs on CUDA, replay its decoder from a CUDA graph per window shape
     (``codecs.cuda_graphs``): one launch instead of hundreds of kernels per call."""
     torch_threads: int = 0
@@ -125,6 +129,7 @@ class PipelineOptions:
             ),
             codec_device=env_str("VEENA_CODEC_DEVICE", cls.codec_device),
             codec_cuda_graphs=env_bool("VEENA_CODEC_CUDA_GRAPHS", cls.codec_cuda_graphs),
+            snac_streaming=env_bool("VEENA_SNAC_STREAMING", cls.snac_streaming),
             torch_threads=env_int("VEENA_TORCH_THREADS", cls.torch_threads),
             max_audio_s_per_char=env_float("VEENA_MAX_AUDIO_S_PER_CHAR", cls.max_audio_s_per_char),
             freeze_gc_heap=env_bool("VEENA_FREEZE_GC_HEAP", cls.freeze_gc_heap),
@@ -138,6 +143,16 @@ def _non_negative(name: str, value: float) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
     return value
+
+
+def streamed_window(window: WindowOptions, lookahead: int | None) -> WindowOptions:
+    """A streaming codec's windows: no left context (its state carries the past), the
+    decoder's reach as right context, and first audio after as many steps as the
+    windowed shape waits for (``first + right``), or one more where the reach is longer."""
+    if not lookahead:
+        return window
+    first = max(1, window.first + window.right - lookahead)
+    return replace(window, first=first, left=0, right=lookahead).validate()
 
 
 def codec_location(model: str, profile: ModelProfile, codec_model: str | None = None) -> str:
@@ -174,7 +189,8 @@ class Pipeline:
         self.options = options
         self.scheduler = DecodeScheduler(codec, options.scheduler)
         self.family: ModelFamily = family_for(profile)
-        self.window = self.family.default_window(options)
+        self.window = streamed_window(self.family.default_window(options),
+                                      getattr(codec, "lookahead_steps", None))
         self.pacing = self.family.default_pacing(options)
         self.alarm = (SharedAlarm(self.pacing.pull_tick_ms / 1000.0)
                       if options.adaptive_windows and self.pacing.pull_tick_ms > 0 else None)
@@ -238,7 +254,8 @@ class Pipeline:
             torch.set_num_threads(options.torch_threads)
         with single_threaded_torch(options.codec_device):
             codec = family_for(prof).load_codec(codec_model, options.codec_device,
-                                                cuda_graphs=options.codec_cuda_graphs)
+                                                cuda_graphs=options.codec_cuda_graphs,
+                                                streaming=options.snac_streaming)
         engine = VllmEngine(engine_options or EngineOptions.from_env(llm_location(model, prof)))
         pipeline = cls(engine, codec, prof, options)
         pipeline.codec_model = codec_model

@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from ..codecs.base import Codec
+from ..codecs.base import Codec, StreamPart
 from .alarm import SharedAlarm
 from .engine import EngineError, SamplingOptions, VllmEngine
 from .pacing import AdaptivePlanner, PacingOptions
@@ -100,9 +100,13 @@ class RequestRun:
         self._in_flight = 0
         self._ended = False
         self._recheck: asyncio.TimerHandle | None = None
-        self.stitcher = Stitcher(pipeline.codec.samples_per_step,
-                                 int(pipeline.options.crossfade_ms * pipeline.sample_rate / 1000))
         self.seed = piece_seed(synthesis.seed, index)
+        new_stream = getattr(pipeline.codec, "new_stream", None)
+        self._stream = new_stream(self.seed) if new_stream is not None else None
+        """A streaming codec's decoder state for this run (dropped with it)."""
+        self.stitcher = Stitcher(pipeline.codec.samples_per_step,
+                                 int(pipeline.options.crossfade_ms * pipeline.sample_rate / 1000),
+                                 exact=self._stream is not None)
         self.engine_request_ids: list[str] = []
         self._submitted: collections.deque[tuple[Window, asyncio.Future]] = collections.deque()
         """Windows handed to the decoder, in order, until their turn to be delivered."""
@@ -110,6 +114,8 @@ class RequestRun:
         self._finished: asyncio.Future | None = None
         """Done once every window went to the sink, or failed with what ended the run."""
         self._no_more_windows = False
+        self._steps_done = False
+        """The engine has sent its last step."""
         self._done_sent = False
         """The sink has had its ``done`` call (with the last window's audio)."""
         self._producer: asyncio.Task | None = None
@@ -211,6 +217,7 @@ class RequestRun:
             self._submit(self._ramp.add(count))
 
     def _no_more_steps(self) -> None:
+        self._steps_done = True
         if self.planner is not None:
             self.planner.finish()
             self._pump()
@@ -264,9 +271,22 @@ class RequestRun:
                 timings.first_window_ready = time.perf_counter()
             self.pending_windows += 1
             self._in_flight += 1
-            fut = self._p.scheduler.submit(self.request_id, self.track.window_input(w, self.seed),
+            item = self.track.window_input(w, self.seed)
+            if self._stream is not None:
+                item.stream = self._stream_part(w)
+            fut = self._p.scheduler.submit(self.request_id, item,
                                            functools.partial(self._decoded, w))
             self._submitted.append((w, fut))
+
+    def _stream_part(self, w: Window) -> StreamPart:
+        """What ``w`` does to this run's codec stream: its steps not yet sent, a flush once
+        no step can follow its end, and its kept steps' audio."""
+        stream = self._stream
+        skip = max(0, stream.submitted - w.start)
+        stream.submitted = max(stream.submitted, w.end)
+        planner = self.planner if self.planner is not None else self._ramp
+        flush = w.is_last or (self._steps_done and w.end >= planner.available)
+        return StreamPart(stream, skip, w.keep_end, flush, w.is_last)
 
     def _decoded(self, window: Window, fut: asyncio.Future) -> None:
         """A window's decode ended: hand it over in order. Listener-paced, its audio exists,

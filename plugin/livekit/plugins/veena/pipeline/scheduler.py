@@ -41,7 +41,8 @@ class SchedulerStats:
     batches: int = 0
     windows: int = 0
     decoded_steps: int = 0
-    """Codec steps decoded, context included (work; against the steps kept: overhead)."""
+    """Codec steps decoded, context included (work; against the steps kept: overhead); a
+    streaming codec decodes each step once."""
     cancelled_windows: int = 0
     batch_sizes: collections.Counter = field(default_factory=collections.Counter)
     queue_wait_s_total: float = 0.0
@@ -280,7 +281,7 @@ class DecodeScheduler:
         wait_mean = sum(submitted - j.enqueued for j in batch) / len(batch)
         self.stats.batches += 1
         self.stats.windows += len(batch)
-        self.stats.decoded_steps += sum(int(j.input.codes.shape[0]) for j in batch)
+        self.stats.decoded_steps += sum(j.input.work_steps for j in batch)
         self.stats.batch_sizes[len(batch)] += 1
         self.stats.queue_wait_s_total += wait_mean * len(batch)
         self.stats.decode_s_total += done - started

@@ -44,15 +44,21 @@ def crossfade(tail: np.ndarray, head: np.ndarray) -> np.ndarray:
 
 
 class Stitcher:
-    def __init__(self, samples_per_step: int, crossfade_samples: int) -> None:
+    def __init__(self, samples_per_step: int, crossfade_samples: int, *,
+                 exact: bool = False) -> None:
+        """``exact``: windows decode to their kept samples alone, already the one-pass
+        audio (a streaming codec): there is no seam to fade."""
         self.spp = samples_per_step
-        self.crossfade = max(0, crossfade_samples)
+        self.exact = exact
+        self.crossfade = 0 if exact else max(0, crossfade_samples)
         self._tail = np.zeros(0, dtype=np.float32)
         self.emitted = 0
 
     def push(self, window: Window, audio: np.ndarray) -> np.ndarray:
         """Add one window's decoded audio; return the samples now final."""
         spp = self.spp
+        if self.exact:
+            return self._push_exact(window, audio)
         if len(audio) != window.steps * spp:
             raise ValueError(f"window of {window.steps} steps decoded to {len(audio)} samples")
         if window.keep_start * spp != self.emitted:
@@ -63,6 +69,15 @@ class Stitcher:
         self._tail = audio[hi : hi + self.crossfade].astype(np.float32, copy=True)
         self.emitted += hi - lo
         return kept
+
+    def _push_exact(self, window: Window, audio: np.ndarray) -> np.ndarray:
+        kept = (window.keep_end - window.keep_start) * self.spp
+        if len(audio) != kept:
+            raise ValueError(f"window keeping {kept} samples decoded to {len(audio)}")
+        if window.keep_start * self.spp != self.emitted:
+            raise ValueError("windows must arrive in order without gaps")
+        self.emitted += kept
+        return audio.astype(np.float32, copy=False)
 
     def finish(self) -> np.ndarray:
         """The stream ended; the held-back tail belongs to no kept step and is dropped."""

@@ -68,8 +68,10 @@ class ModelFamily:
     def default_window(self, options: WindowDefaults) -> WindowOptions:
         raise NotImplementedError
 
-    def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False) -> Codec:
-        """``cuda_graphs``: capture the decoder per shape where ``device`` is CUDA."""
+    def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False,
+                   streaming: bool = False) -> Codec:
+        """``cuda_graphs``: capture the decoder per shape where ``device`` is CUDA;
+        ``streaming``: decode each request incrementally where the codec can (SNAC)."""
         raise NotImplementedError
 
     def load_speaker_encoder(self, codec_model: str, device: str) -> Any:

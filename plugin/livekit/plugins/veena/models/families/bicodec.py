@@ -68,7 +68,10 @@ class BiCodecFamily(ModelFamily):
     def default_pacing(self, options: WindowDefaults) -> PacingOptions:
         return options.bicodec_pacing
 
-    def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False) -> Codec:
+    def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False,
+                   streaming: bool = False) -> Codec:
+        """BiCodec decodes windows (``streaming`` is SNAC's: BiCodec's decoder is not
+        a stack of convolutions alone)."""
         from ...codecs.bicodec import BiCodecCodec
 
         return BiCodecCodec.load(codec_model, device=device, cuda_graphs=cuda_graphs)

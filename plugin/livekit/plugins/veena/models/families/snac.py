@@ -45,11 +45,13 @@ class SnacFamily(ModelFamily):
     def default_window(self, options: WindowDefaults) -> WindowOptions:
         return options.snac_window
 
-    def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False) -> Codec:
+    def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False,
+                   streaming: bool = False) -> Codec:
         from ...codecs.snac import SnacCodec
 
         return SnacCodec.load(codec_model, device=device, cuda_graphs=cuda_graphs,
-                              position_levels=self.profile.position_levels)
+                              position_levels=self.profile.position_levels,
+                              streaming=streaming)
 
     def token_table(self, tokenizer: Any) -> TokenTable:
         return TokenTable.for_snac(self.profile)
