@@ -9,7 +9,8 @@ on a codec built and warmed up as ``Pipeline.from_model`` and ``Pipeline.start``
 ``ramp`` is the fixed 2, 2, 4, 8, 8... ramp with batches up to 16, ``adaptive`` the
 listener-paced planner with the measured batch limit (the defaults). Reported per mode: first
 audio, gaps the listener hears after first audio (it plays what it has and pauses when dry),
-and decode work per kept step (``decoded_per_kept``: 1.0 is a one-pass decode).
+and decode work per kept step (``decoded_per_kept``: 1.0 is a one-pass decode). ``streaming``
+and ``streaming_ramp`` decode SNAC incrementally (``VEENA_SNAC_STREAMING=1``).
 
 ``peer_orpheus`` runs the reference instead (one stream): orpheus-speech 0.1.0's own
 ``tokens_decoder`` (``orpheus_tts/decoder.py``, installed as published by the bootstrap),
@@ -50,6 +51,10 @@ MODES = {
     # frames, and every later window may be that large without a gap at exactly real time
     "adaptive_first4": PipelineOptions(snac_window=WindowOptions(first=4, new=8, left=2, right=2)),
     "adaptive_first8": PipelineOptions(snac_window=WindowOptions(first=8, new=8, left=2, right=2)),
+    # VEENA_SNAC_STREAMING=1: each step decoded once (codecs/snac_streaming), adaptive sizes
+    "streaming": PipelineOptions(snac_streaming=True),
+    "streaming_ramp": PipelineOptions(snac_streaming=True, adaptive_windows=False,
+                                      scheduler=SchedulerOptions(adaptive_batch=False)),
 }
 
 PEER = "peer_orpheus"
@@ -140,7 +145,7 @@ def _row(mode: str, streams: int, seconds: float, speed: float, threads: int,
         peer = peer_decoder()
         return None if peer is None else asyncio.run(run_peer(peer, seconds, speed))
     with single_threaded_torch(device):
-        codec = SnacCodec.random(device=device)
+        codec = SnacCodec.random(device=device, streaming=MODES[mode].snac_streaming)
     return asyncio.run(run(codec, mode, streams, seconds, speed))
 
 

@@ -27,6 +27,14 @@ def env_float(name: str, default: float) -> float:
     return _parse(name, default, float)
 
 
+def env_bool_or_auto(name: str, default: bool | None) -> bool | None:
+    """``auto`` (None): the caller decides from what it finds."""
+    raw = os.environ.get(name)
+    if raw is not None and raw.strip().lower() == "auto":
+        return None
+    return env_bool(name, default) if raw is not None and raw.strip() else default
+
+
 def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

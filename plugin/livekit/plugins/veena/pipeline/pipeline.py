@@ -27,7 +27,7 @@ from ..models.profiles import (
     read_manifest,
     resolve_profile,
 )
-from ..settings import env_bool, env_float, env_int, env_str
+from ..settings import env_bool, env_bool_or_auto, env_float, env_int, env_str
 from .alarm import SharedAlarm
 from .chunking import ChunkerOptions, chunk_text
 from .engine import EngineOptions, SamplingOptions, VllmEngine
@@ -79,10 +79,17 @@ class PipelineOptions:
     scheduler: SchedulerOptions = SchedulerOptions()
     codec_device: str = "cpu"
     codec_cuda_graphs: bool = True
-    snac_streaming: bool = False
-    """Decode SNAC incrementally (``codecs.snac_streaming``): every step once and exactly the
-    one-pass audio, at the cost of one more step before first audio's context is whole
-    (the decoder's reach) and no CUDA graphs; False: overlapping windows."""
+    snac_streaming: bool | None = None
+    """Decode SNAC incrementally (``codecs.snac_streaming``): every step once, exactly the
+    one-pass audio, first audio after as many steps; no CUDA graphs. False: overlapping
+    windows (``windowing``). None (``auto``): streaming where the codec runs on the CPU,
+    where it measured better at every stream count; windows on CUDA, where the captured
+    graphs are what a GPU's many streams were measured with."""
+
+    def streams_snac(self) -> bool:
+        if self.snac_streaming is not None:
+            return self.snac_streaming
+        return not self.codec_device.startswith("cuda")
     """Where the codec runs on CUDA, replay its decoder from a CUDA graph per window shape
     (``codecs.cuda_graphs``): one launch instead of hundreds of kernels per call."""
     torch_threads: int = 0
@@ -129,7 +136,7 @@ class PipelineOptions:
             ),
             codec_device=env_str("VEENA_CODEC_DEVICE", cls.codec_device),
             codec_cuda_graphs=env_bool("VEENA_CODEC_CUDA_GRAPHS", cls.codec_cuda_graphs),
-            snac_streaming=env_bool("VEENA_SNAC_STREAMING", cls.snac_streaming),
+            snac_streaming=env_bool_or_auto("VEENA_SNAC_STREAMING", cls.snac_streaming),
             torch_threads=env_int("VEENA_TORCH_THREADS", cls.torch_threads),
             max_audio_s_per_char=env_float("VEENA_MAX_AUDIO_S_PER_CHAR", cls.max_audio_s_per_char),
             freeze_gc_heap=env_bool("VEENA_FREEZE_GC_HEAP", cls.freeze_gc_heap),
@@ -255,7 +262,7 @@ class Pipeline:
         with single_threaded_torch(options.codec_device):
             codec = family_for(prof).load_codec(codec_model, options.codec_device,
                                                 cuda_graphs=options.codec_cuda_graphs,
-                                                streaming=options.snac_streaming)
+                                                streaming=options.streams_snac())
         engine = VllmEngine(engine_options or EngineOptions.from_env(llm_location(model, prof)))
         pipeline = cls(engine, codec, prof, options)
         pipeline.codec_model = codec_model
