@@ -81,8 +81,9 @@ class GpuLikeCodec:
 
 @dataclasses.dataclass(frozen=True)
 class CodecSpec:
-    """Which codec the server decodes with: ``gpu-like`` (the sleep above) or ``snac`` (the
-    product's ``SnacCodec``, random weights, CUDA graphs or not), and the scheduler's batch."""
+    """Which codec the server decodes with: ``gpu-like`` (the sleep above), ``snac`` (the
+    product's ``SnacCodec``, random weights, windowed, CUDA graphs or not) or
+    ``snac-streamed`` (the same, decoded incrementally), and the scheduler's batch."""
 
     name: str = "gpu-like"
     cuda_graphs: bool = True
@@ -101,7 +102,8 @@ def make_codec(spec: CodecSpec):
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     # its graphs are captured when a pipeline starts (``Pipeline.window_steps``)
-    return SnacCodec.random(seed=1, device=device, cuda_graphs=spec.cuda_graphs)
+    return SnacCodec.random(seed=1, device=device, cuda_graphs=spec.cuda_graphs,
+                            streaming=spec.name == "snac-streamed")
 
 
 def graph_counts(spec: CodecSpec) -> dict:
@@ -479,7 +481,8 @@ def _describe(spec: CodecSpec) -> tuple[str, str]:
         import torch
 
         device = torch.cuda.get_device_name()
-    graphs = "CUDA graphs" if codec.graphs is not None else "eager"
+    graphs = "streamed" if codec.streams is not None else \
+        "CUDA graphs" if codec.graphs is not None else "eager"
     return f"snac {graphs}", f"SNAC 24 kHz (random weights) on {device}, {graphs}"
 
 
@@ -558,9 +561,11 @@ if __name__ == "__main__":
                          "server in this process; e.g. 1,2 compares one and two processes)")
     ap.add_argument("--label", default="", help="suffix of the result files")
     ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="asyncio")
-    ap.add_argument("--codec", choices=["gpu-like", "snac"], default="gpu-like",
+    ap.add_argument("--codec", choices=["gpu-like", "snac", "snac-streamed"],
+                    default="gpu-like",
                     help="gpu-like: a 3 ms sleep per batch; snac: the real SNAC decoder "
-                         "(random weights) on CUDA where present, else on CPU")
+                         "(random weights, windowed) on CUDA where present, else on CPU; "
+                         "snac-streamed: the same decoded incrementally")
     ap.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
                     help="snac on CUDA: replay the decoder from CUDA graphs")
     ap.add_argument("--max-batch", type=int, default=SchedulerOptions.max_batch,

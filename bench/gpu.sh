@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prepared accelerator run (#21), under 9 minutes on a bare machine that has PyTorch:
 # the CUDA graph tests on the GPU, the control plane at 64-384 streams with the real SNAC
-# decoder on the GPU (with and without CUDA graphs, one and two server processes) and with
+# decoder on the GPU (windowed with CUDA graphs, streamed, one and two server processes) and with
 # the GPU-like sleep (what the server costs on this machine's CPU), then host CPU per codec
 # call with and without graphs and, where vLLM is installed, a Llama-3B-shaped engine.
 # Installs what is missing: from the wheels in .whl/ where that folder has any (a machine
@@ -41,6 +41,6 @@ step 90 "CUDA graph tests" "$PY" -m pytest -q -p no:cacheprovider tests/codecs/t
 cp="$PY bench/control_plane.py --cases normal --modes adaptive --no-pipeline-alone"
 step 75 "control plane, GPU-like codec" $cp --codec gpu-like --streams 256,384 --label _gpu_host
 step 110 "control plane, SNAC with CUDA graphs" $cp --codec snac --streams 64,256,384 --label _gpu_snac_graphs
-step 70 "control plane, SNAC eager" $cp --codec snac --no-cuda-graphs --streams 256 --label _gpu_snac_eager
+step 70 "control plane, SNAC streamed" $cp --codec snac-streamed --streams 256 --label _gpu_snac_streamed
 step 90 "control plane, SNAC, two server processes" $cp --codec snac --streams 384 --workers 2 --label _gpu_snac_workers
 step 120 "codec calls (and the engine where vLLM is installed)" "$PY" bench/gpu_bench.py "$@"

@@ -102,16 +102,18 @@ def test_server_load_bench():
 
 def test_scheduler_bench_compares_the_planners():
     _run(sys.executable, "bench/scheduler.py", "--streams", "1", "--seconds", "1",
-         "--speeds", "2.0,inf", "--modes", "ramp,adaptive,peer_orpheus")
+         "--speeds", "2.0,inf", "--modes", "ramp,adaptive,streaming,peer_orpheus")
     rows = _rows("scheduler")
     assert [(r["mode"], r["token_rate_x_realtime"]) for r in rows] == [
-        ("ramp", 2.0), ("adaptive", 2.0), ("peer_orpheus", 2.0),
-        ("ramp", None), ("adaptive", None), ("peer_orpheus", None)]
+        ("ramp", 2.0), ("adaptive", 2.0), ("streaming", 2.0), ("peer_orpheus", 2.0),
+        ("ramp", None), ("adaptive", None), ("streaming", None), ("peer_orpheus", None)]
+    # streamed: each frame decoded once
+    assert all(r["decoded_per_kept"] == 1.0 for r in rows if r["mode"] == "streaming")
     peer = [r for r in rows if r["mode"] == "peer_orpheus"]
     # the reference keeps one frame of each 4-frame decode, from the 4th frame on
     assert all(r["decoded_per_kept"] == pytest.approx(4.0)
                and r["windows"] == int(24000 / 2048) - 3 for r in peer)
-    rows = [r for r in rows if r["mode"] != "peer_orpheus"]
+    rows = [r for r in rows if r["mode"] in ("ramp", "adaptive")]
     frames = int(1.0 * 24000 / 2048)
     for r in rows:
         assert r["first_audio_p50_ms"] > 0 and r["gap_s_after_first_audio"] >= 0
@@ -139,13 +141,15 @@ def test_control_plane_bench():
     assert md.startswith("| case | mode |") and "Largest N held" in md
 
 
-def test_control_plane_bench_with_the_real_snac_decoder():
+@pytest.mark.parametrize("codec,label", [("snac", "snac eager"),
+                                         ("snac-streamed", "snac streamed")])
+def test_control_plane_bench_with_the_real_snac_decoder(codec, label):
     """``--codec snac``: the product's SnacCodec in place of the sleep (eager on CPU), with
-    the engine at twice real time (``--speed``)."""
+    the engine at twice real time (``--speed``); ``snac-streamed``: decoded incrementally."""
     _run(sys.executable, "bench/control_plane.py", "--streams", "2", "--cases", "normal",
-         "--modes", "adaptive", "--frames", "12", "--stagger-s", "0.2", "--codec", "snac",
+         "--modes", "adaptive", "--frames", "12", "--stagger-s", "0.2", "--codec", codec,
          "--no-pipeline-alone", "--label", "_snac", "--speed", "2")
     (row,) = _rows("control_plane_snac")
-    assert row["codec"] == "snac eager" and row["done"] == 2
+    assert row["codec"] == label and row["done"] == 2
     assert row["audio_s_per_stream"] == pytest.approx(12 * 2048 / 24000)
     assert "graph_replays" not in row  # graphs are off on CPU

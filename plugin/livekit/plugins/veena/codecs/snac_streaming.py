@@ -29,6 +29,7 @@ from torch import nn
 
 from .base import CodecInput, StreamPart
 
+
 @dataclass
 class SnacStream:
     """One utterance's decoder state: per-layer input history and positions, and the audio
@@ -45,8 +46,6 @@ class SnacStream:
     """Per noise layer: its next output's position in the utterance."""
     audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     """Final samples not yet handed out."""
-    fed: int = 0
-    """Steps the decoder has taken (on the decode thread)."""
     handed_out: int = 0
     """Samples handed out in windows' audio."""
     ended: bool = False
@@ -85,7 +84,7 @@ class _Group:
 class _Layer:
     """One decoder layer run on new inputs only: ``run`` returns the outputs now final."""
 
-    def delay(self, held: float) -> float:
+    def delay(self, held: int) -> int:
         """Outputs held back (in output samples) when ``held`` inputs are held back above."""
         return held
 
@@ -303,13 +302,13 @@ class SnacStreamDecoder:
         self._layers = _Builder().build(model.decoder.model)
         self._latent_channels = int(model.decoder.model[0].in_channels)
         self.samples_per_step = int(np.prod(model.decoder_rates)) * int(model.vq_strides[0])
-        held = self._layers.delay(0) + 0.0
-        self.delay_samples = int(held)
-        self.lookahead_steps = math.ceil(held / self.samples_per_step)
+        self.delay_samples = int(self._layers.delay(0))
+        """How far the final audio trails the steps fed (SNAC 24 kHz: 4757 samples)."""
+        self.lookahead_steps = math.ceil(self.delay_samples / self.samples_per_step)
         """Steps after a step whose audio is final: a window's right context."""
 
     def new_stream(self, seed: int) -> SnacStream:
-        stream = SnacStream(seed=seed)
+        stream = SnacStream(seed=seed & 0x7FFFFFFF)  # as the windowed decode keys it
         self._layers.initial(stream, self.device)
         return stream
 
@@ -349,7 +348,6 @@ class SnacStreamDecoder:
         for row, (codes, part) in zip(out, group):
             stream = part.stream
             stream.audio = np.concatenate([stream.audio, row]) if len(stream.audio) else row
-            stream.fed += len(codes)
             stream.ended = flush
 
     def _latents(self, codes: list[np.ndarray]) -> torch.Tensor:
