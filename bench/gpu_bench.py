@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from _common import logger, report, setup
 
-from livekit.plugins.veena.codecs.base import CodecInput
+from livekit.plugins.veena.codecs.base import CodecInput, StreamPart
 from livekit.plugins.veena.codecs.bicodec import BiCodecCodec
 from livekit.plugins.veena.codecs.snac import SnacCodec
 from livekit.plugins.veena.models.families import register_family
@@ -158,6 +158,43 @@ def codec_call_cost(device: str, calls: int, frames_list: Sequence[int],
     return rows
 
 
+def streamed_call_cost(device: str, calls: int, frames_list: Sequence[int],
+                       batches: Sequence[int]) -> list[dict]:
+    """Host CPU per streamed SNAC call (``VEENA_SNAC_STREAMING``): ``batch`` streams at the
+    same point, each fed ``new_frames`` frames per call, in steady state (their first
+    8 frames fed before timing); per call and per frame kept, beside the windowed rows."""
+    rng = np.random.default_rng(0)
+    codec = SnacCodec.random(seed=1, device=device, streaming=True)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    rows = []
+    for frames in frames_list:
+        for n in batches:
+            total = 8 + frames * (calls + 1)
+            codes = [rng.integers(0, 4096, (total, 7)) for _ in range(n)]
+            streams = [codec.new_stream(i) for i in range(n)]
+
+            def call(start: int, count: int) -> None:
+                codec.decode([
+                    CodecInput(c[start:start + count], start, i,
+                               stream=StreamPart(s, 0, max(0, start + count - 3), False, False))
+                    for i, (c, s) in enumerate(zip(codes, streams))])
+
+            call(0, 8)
+            call(8, frames)  # warm at this size
+            cpu = wall = 0.0
+            for k in range(calls):
+                sync()
+                c0, t0 = time.thread_time(), time.perf_counter()
+                call(8 + frames * (k + 1), frames)
+                cpu += time.thread_time() - c0
+                sync()
+                wall += time.perf_counter() - t0
+            rows.append({"codec": "snac streamed", "new_frames": frames, "batch": n,
+                         "host_cpu_ms": 1e3 * cpu / calls, "wall_ms": 1e3 * wall / calls,
+                         "host_cpu_ms_per_frame": 1e3 * cpu / calls / (frames * n)})
+    return rows
+
+
 async def amain(args) -> None:
     cuda = torch.cuda.is_available() and not args.small
     device = "cuda" if cuda else "cpu"
@@ -171,6 +208,9 @@ async def run(args, cuda: bool, device: str, workdir: Path) -> None:
            codec_call_cost(device, calls=20, frames_list=(6, 12, 36), batches=(1, 16, 64))
            if cuda else codec_call_cost(device, calls=2, frames_list=(6,), batches=(1, 2)),
            where)
+    report("gpu_streamed_calls" if cuda else "gpu_streamed_calls_cpu_small",
+           streamed_call_cost(device, 20, (1, 2, 8), (1, 16, 64))
+           if cuda else streamed_call_cost(device, 2, (1,), (1, 2)), where)
     # BiCodec windows: first (10 + 20 right), steady (40 + 50 + 20), largest (40 + 160 + 20)
     report("gpu_bicodec_calls" if cuda else "gpu_bicodec_calls_cpu_small",
            codec_call_cost(device, 20, (30, 110, 220), (1, 16, 64), kind="bicodec")

@@ -61,6 +61,9 @@ def test_gpu_script_runs_on_cpu():
     calls = _rows("gpu_codec_calls_cpu_small")
     assert [(r["window_frames"], r["batch"]) for r in calls] == [(6, 1), (6, 2)]
     assert all(r["eager_host_cpu_ms"] > 0 and r["max_abs_diff"] == 0 for r in calls)
+    calls = _rows("gpu_streamed_calls_cpu_small")
+    assert [(r["new_frames"], r["batch"]) for r in calls] == [(1, 1), (1, 2)]
+    assert all(r["host_cpu_ms"] > 0 for r in calls)
     calls = _rows("gpu_bicodec_calls_cpu_small")
     assert [(r["codec"], r["window_frames"], r["batch"]) for r in calls] == [
         ("bicodec", 30, 1), ("bicodec", 30, 2)]

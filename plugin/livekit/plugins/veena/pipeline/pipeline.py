@@ -196,8 +196,12 @@ class Pipeline:
         self.options = options
         self.scheduler = DecodeScheduler(codec, options.scheduler)
         self.family: ModelFamily = family_for(profile)
-        self.window = streamed_window(self.family.default_window(options),
-                                      getattr(codec, "lookahead_steps", None))
+        lookahead = getattr(codec, "lookahead_steps", None)
+        self.window = streamed_window(self.family.default_window(options), lookahead)
+        logger.info("codec decode", extra={
+            "codec": codec.name, "decode": "streamed" if lookahead else "windowed",
+            "window_first": self.window.first, "window_left": self.window.left,
+            "window_right": self.window.right})
         self.pacing = self.family.default_pacing(options)
         self.alarm = (SharedAlarm(self.pacing.pull_tick_ms / 1000.0)
                       if options.adaptive_windows and self.pacing.pull_tick_ms > 0 else None)
