@@ -76,6 +76,25 @@ def test_stitcher_rejects_gaps():
         s.push(Window(2, 4, 2, 4), np.zeros(2 * SPF, np.float32))
 
 
+def test_exact_stitcher_passes_kept_samples_through():
+    """A streaming codec's windows decode to their kept samples alone: nothing is faded or
+    held back, and a wrong length or a gap is refused as in the windowed case."""
+    import pytest
+
+    from livekit.plugins.veena.pipeline.windowing import Window
+
+    s = Stitcher(SPF, 240, exact=True)
+    first = np.linspace(-1, 1, 1 * SPF, dtype=np.float32)
+    assert np.array_equal(s.push(Window(0, 4, 0, 1), first), first)
+    second = np.full(2 * SPF, 0.5, np.float32)
+    assert np.array_equal(s.push(Window(1, 6, 1, 3), second), second)
+    assert s.emitted == 3 * SPF and len(s.finish()) == 0
+    with pytest.raises(ValueError, match="decoded to"):
+        s.push(Window(3, 7, 3, 4), np.zeros(4 * SPF, np.float32))  # the whole window's length
+    with pytest.raises(ValueError, match="order"):
+        s.push(Window(5, 9, 5, 6), np.zeros(SPF, np.float32))
+
+
 def test_chunk_joiner_crossfades_each_seam_and_keeps_float():
     from livekit.plugins.veena.pipeline.stitching import ChunkJoiner
 

@@ -139,3 +139,23 @@ def test_streamed_window_waits_as_many_steps_for_first_audio():
     assert streamed_window(windowed, 3) == WindowOptions(first=1, new=8, left=0, right=3)
     assert streamed_window(windowed, 6).first == 1  # a longer reach: one step, no fewer
     assert streamed_window(WindowOptions(first=4, new=8, left=2, right=2), 3).first == 3
+
+
+def test_streaming_is_read_from_the_environment(monkeypatch):
+    """``auto`` (the default): streamed where the codec runs on the CPU, windowed on CUDA."""
+    from dataclasses import replace
+
+    from livekit.plugins.veena.pipeline.pipeline import PipelineOptions
+
+    monkeypatch.delenv("VEENA_SNAC_STREAMING", raising=False)
+    auto = PipelineOptions.from_env()
+    assert auto.snac_streaming is None and auto.streams_snac()
+    assert not replace(auto, codec_device="cuda:0").streams_snac()
+    for raw, want in (("auto", None), ("1", True), ("off", False)):
+        monkeypatch.setenv("VEENA_SNAC_STREAMING", raw)
+        assert PipelineOptions.from_env().snac_streaming is want
+    assert not replace(auto, snac_streaming=False).streams_snac()
+    assert replace(auto, snac_streaming=True, codec_device="cuda").streams_snac()
+    monkeypatch.setenv("VEENA_SNAC_STREAMING", "sometimes")
+    with pytest.raises(ValueError, match="VEENA_SNAC_STREAMING"):
+        PipelineOptions.from_env()
