@@ -35,8 +35,8 @@ class CodecInput:
     speaker: np.ndarray | None = None
     """BiCodec: the 32 global ids of the utterance; unused by SNAC."""
     stream: StreamPart | None = None
-    """A streaming codec's part of its request's stream:
-    the codec decodes only the steps it has not seen and keeps its state there."""
+    """A streaming codec's part of its request's stream: the codec decodes only the steps
+    it has not seen and keeps its state there."""
 
     def batch_key(self) -> Hashable:
         if self.stream is not None:  # a hint: the codec regroups by the streams' real state

@@ -97,8 +97,7 @@ class _Layer:
 
 def _folded(conv: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The weight norm computed once (SNAC recomputes it on every call)."""
-    bias = None if conv.bias is None else conv.bias.detach().clone()
-    return conv.weight.detach().clone(), bias
+    return conv.weight.detach(), None if conv.bias is None else conv.bias.detach()
 
 
 class _Pointwise(_Layer):
@@ -195,7 +194,7 @@ class _Noise(_Layer):
         from .snac import keyed_normal
 
         self.keyed_normal = keyed_normal
-        self.weight = block.linear.weight.detach().clone()
+        self.weight = block.linear.weight.detach()
         self.salt, self.keys, self.slot = block._salt, block._keys, slot
 
     def initial(self, stream, device):

@@ -79,19 +79,14 @@ class PipelineOptions:
     scheduler: SchedulerOptions = SchedulerOptions()
     codec_device: str = "cpu"
     codec_cuda_graphs: bool = True
+    """Where the codec runs on CUDA, replay its decoder from a CUDA graph per window shape
+    (``codecs.cuda_graphs``): one launch instead of hundreds of kernels per call."""
     snac_streaming: bool | None = None
     """Decode SNAC incrementally (``codecs.snac_streaming``): every step once, exactly the
     one-pass audio, first audio after as many steps; no CUDA graphs. False: overlapping
     windows (``windowing``). None (``auto``): streaming where the codec runs on the CPU,
-    where it measured better at every stream count; windows on CUDA, where the captured
+    where it measured better at every stream count tried (1-8); windows on CUDA, where the captured
     graphs are what a GPU's many streams were measured with."""
-
-    def streams_snac(self) -> bool:
-        if self.snac_streaming is not None:
-            return self.snac_streaming
-        return not self.codec_device.startswith("cuda")
-    """Where the codec runs on CUDA, replay its decoder from a CUDA graph per window shape
-    (``codecs.cuda_graphs``): one launch instead of hundreds of kernels per call."""
     torch_threads: int = 0
     """0 leaves torch's own default."""
     max_audio_s_per_char: float = 0.2
@@ -103,6 +98,12 @@ class PipelineOptions:
     gc_full_interval_s: float = 300.0
     """Once started, full garbage collections wait until no stream plays, or at most this
     long (checked as a stream starts); 0: Python's own schedule (``gc_heap``)."""
+
+    def streams_snac(self) -> bool:
+        """Whether ``from_model`` builds a streaming SNAC codec (``auto`` resolved)."""
+        if self.snac_streaming is not None:
+            return self.snac_streaming
+        return not self.codec_device.startswith("cuda")
 
     @classmethod
     def from_env(cls) -> "PipelineOptions":
