@@ -31,11 +31,14 @@ def _rows(name):
 
 def test_snac_decode_bench():
     _run(sys.executable, "bench/snac_decode.py", "--frames", "16")
-    classic, ours, _ = _rows("snac_decode")
+    classic, ours, one_by_one, eights, _ = _rows("snac_decode")
     assert classic["decoded_per_kept"] == pytest.approx(4.0)
     # 16 frames are mostly the ramp (2, 2, 4, 8 new frames); steady windows cost 1.5x
     assert ours["decoded_per_kept"] <= 1.75 + 1e-9
     assert ours["rel_rms_err"] < classic["rel_rms_err"]
+    for streamed in (one_by_one, eights):  # each frame once; the one-pass audio
+        assert streamed["decoded_per_kept"] == 1.0
+        assert streamed["rel_rms_err"] < 1e-6 and streamed["max_err"] < 3e-5
 
 
 def test_parser_bench():
