@@ -29,10 +29,12 @@ def _frames(count: int, seed: int) -> np.ndarray:
 
 
 def _assert_equal_to_rounding(got: np.ndarray, want: np.ndarray) -> None:
-    """Float rounding only (convolutions over other lengths sum in another order): far
-    below one int16 step (3e-5) everywhere."""
-    assert np.sqrt(np.mean((got - want) ** 2)) / np.sqrt(np.mean(want**2)) < 1e-6
-    assert np.abs(got - want).max() < 3e-5
+    """Float rounding only: convolutions over other lengths sum in another order, and
+    oneDNN may pick another algorithm for the one-pass decode from run to run (measured
+    here: relative RMS 6e-7 or 8e-6, max 1.1e-5). Windowed decoding, an approximation,
+    is 7e-5 / 6e-4; a wrong layer is 1e-2 and more."""
+    assert np.sqrt(np.mean((got - want) ** 2)) / np.sqrt(np.mean(want**2)) < 3e-5
+    assert np.abs(got - want).max() < 1e-4
 
 
 def _stream(codec, frames: np.ndarray, chunks: list[int], seed: int) -> np.ndarray:
@@ -77,8 +79,7 @@ def test_streamed_audio_is_snac_decode_with_its_noise_off():
     want = reference.decode(levels)[0, 0].numpy()
     got = _stream(ours, frames, [3, 1, 2, 6], 5)
     assert got.shape == want.shape == (12 * SPF,)
-    rel = np.sqrt(np.mean((got - want) ** 2)) / np.sqrt(np.mean(want**2))
-    assert rel < 1e-6, rel
+    _assert_equal_to_rounding(got, want)
 
 
 @torch.inference_mode()
