@@ -160,3 +160,17 @@ def test_streaming_is_read_from_the_environment(monkeypatch):
     monkeypatch.setenv("VEENA_SNAC_STREAMING", "sometimes")
     with pytest.raises(ValueError, match="VEENA_SNAC_STREAMING"):
         PipelineOptions.from_env()
+
+
+def test_a_streamed_window_is_costed_by_the_steps_it_decodes():
+    """The planner asks the cost of ``size + right`` steps: a stream's first window (four
+    new frames) is measured as a steady window of four, a later one (one new frame after
+    three already fed) as a steady window of one."""
+    stream = object()
+    first = CodecInput(_frames(4, 0), 0, 1, stream=StreamPart(stream, 0, 1, False, False))
+    later = CodecInput(_frames(4, 0), 1, 1, stream=StreamPart(stream, 3, 2, False, False))
+    last = CodecInput(_frames(5, 0), 2, 1, stream=StreamPart(stream, 3, 7, True, True))
+    assert (first.work_steps, first.cost_steps) == (4, 7)
+    assert (later.work_steps, later.cost_steps) == (1, 4)
+    assert (last.work_steps, last.cost_steps) == (2, 2)
+    assert CodecInput(_frames(6, 0), 0, 1).cost_steps == 6

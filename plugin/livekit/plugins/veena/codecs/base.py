@@ -48,6 +48,17 @@ class CodecInput:
         """Steps the codec decodes for this window (a stream's steps already fed: none)."""
         return self.codes.shape[0] - (self.stream.skip if self.stream is not None else 0)
 
+    @property
+    def cost_steps(self) -> int:
+        """The window shape whose measured cost this window's decode is (planners ask
+        for a window of ``size`` new steps plus its context): its steps; for a stream, the
+        steps it decodes plus its right context, so a first window (all of its steps new)
+        counts as the steady window that decodes as many, not as a cheap one-step one."""
+        if self.stream is None:
+            return int(self.codes.shape[0])
+        right = self.start_step + self.codes.shape[0] - self.stream.keep_end
+        return self.work_steps + max(0, right)
+
 
 class Codec(Protocol):
     name: str

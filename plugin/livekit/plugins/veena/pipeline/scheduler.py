@@ -157,7 +157,7 @@ class DecodeScheduler:
         """One codec call, timed on the worker: its cost for each window shape it held
         (a batch holds one shape), and its cost per window for its batch size."""
         call = done - started
-        for steps in {int(job.input.codes.shape[0]) for job in batch}:
+        for steps in {job.input.cost_steps for job in batch}:
             old = self._cost.get(steps)
             self._cost[steps] = call if old is None else 0.7 * old + 0.3 * call
         bucket = 1 << (len(batch).bit_length() - 1)
