@@ -165,6 +165,7 @@ def streamed_call_cost(device: str, calls: int, frames_list: Sequence[int],
     8 frames fed before timing); per call and per frame kept, beside the windowed rows."""
     rng = np.random.default_rng(0)
     codec = SnacCodec.random(seed=1, device=device, streaming=True)
+    reach = codec.lookahead_steps
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
     for frames in frames_list:
@@ -176,7 +177,8 @@ def streamed_call_cost(device: str, calls: int, frames_list: Sequence[int],
             def call(start: int, count: int) -> None:
                 codec.decode([
                     CodecInput(c[start:start + count], start, i,
-                               stream=StreamPart(s, 0, max(0, start + count - 3), False, False))
+                               stream=StreamPart(s, 0, max(0, start + count - reach), False,
+                                                 False))
                     for i, (c, s) in enumerate(zip(codes, streams))])
 
             call(0, 8)

@@ -29,10 +29,9 @@ def env_float(name: str, default: float) -> float:
 
 def env_bool_or_auto(name: str, default: bool | None) -> bool | None:
     """``auto`` (None): the caller decides from what it finds."""
-    raw = os.environ.get(name)
-    if raw is not None and raw.strip().lower() == "auto":
+    if os.environ.get(name, "").strip().lower() == "auto":
         return None
-    return env_bool(name, default) if raw is not None and raw.strip() else default
+    return env_bool(name, default)
 
 
 def env_bool(name: str, default: bool) -> bool:

@@ -120,12 +120,15 @@ class SnacCodec:
         self._keys.enabled = noise
         self._install_keyed_noise()
         self.max_graph_batch = max_graph_batch
-        self.streams = SnacStreamDecoder(self.model, self._level_cols, self.device) \
-            if streaming else None
-        self.lookahead_steps = self.streams.lookahead_steps if self.streams else None
-        """Streaming: steps after a step whose audio is final (a window's right context)."""
+        self.streams = SnacStreamDecoder(self.model, self._level_cols, self.device,
+                                         self.samples_per_step) if streaming else None
         self.graphs = graphed_or_none(self._decode_tensors, self.device,
                                       cuda_graphs and not streaming, name="snac")
+
+    @property
+    def lookahead_steps(self) -> int | None:
+        """Streaming: steps after a step whose audio is final (a window's right context)."""
+        return self.streams.lookahead_steps if self.streams else None
 
     def new_stream(self, seed: int) -> SnacStream | None:
         """A request's decoder state where this codec streams (None: it decodes windows)."""

@@ -36,8 +36,6 @@ class SnacStream:
     decoded but not yet handed out. Owned by its request; dropped with it."""
 
     seed: int
-    submitted: int = 0
-    """Steps handed to the decoder in inputs so far (counted on the event loop)."""
     buffers: list[torch.Tensor] = field(default_factory=list)
     """Per layer with history: the inputs its kernel still needs."""
     trims: list[int] = field(default_factory=list)
@@ -294,13 +292,13 @@ class SnacStreamDecoder:
     returns each window's audio, equal to the one-pass decode."""
 
     def __init__(self, model: nn.Module, level_cols: Sequence[np.ndarray],
-                 device: torch.device) -> None:
+                 device: torch.device, samples_per_step: int) -> None:
         """``model``: a SNAC whose noise blocks are keyed (``SnacCodec`` installs them)."""
         self.model, self.device = model, device
         self._level_cols = list(level_cols)
         self._layers = _Builder().build(model.decoder.model)
         self._latent_channels = int(model.decoder.model[0].in_channels)
-        self.samples_per_step = int(np.prod(model.decoder_rates)) * int(model.vq_strides[0])
+        self.samples_per_step = samples_per_step
         self.delay_samples = int(self._layers.delay(0))
         """How far the final audio trails the steps fed (SNAC 24 kHz: 4757 samples)."""
         self.lookahead_steps = math.ceil(self.delay_samples / self.samples_per_step)

@@ -104,6 +104,8 @@ class RequestRun:
         new_stream = getattr(pipeline.codec, "new_stream", None)
         self._stream = new_stream(self.seed) if new_stream is not None else None
         """A streaming codec's decoder state for this run (dropped with it)."""
+        self._stream_sent = 0
+        """Steps sent to that stream in windows so far (the next window skips them)."""
         self.stitcher = Stitcher(pipeline.codec.samples_per_step,
                                  int(pipeline.options.crossfade_ms * pipeline.sample_rate / 1000),
                                  exact=self._stream is not None)
@@ -281,12 +283,11 @@ class RequestRun:
     def _stream_part(self, w: Window) -> StreamPart:
         """What ``w`` does to this run's codec stream: its steps not yet sent, a flush once
         no step can follow its end, and its kept steps' audio."""
-        stream = self._stream
-        skip = max(0, stream.submitted - w.start)
-        stream.submitted = max(stream.submitted, w.end)
+        skip = max(0, self._stream_sent - w.start)
+        self._stream_sent = max(self._stream_sent, w.end)
         planner = self.planner if self.planner is not None else self._ramp
         flush = w.is_last or (self._steps_done and w.end >= planner.available)
-        return StreamPart(stream, skip, w.keep_end, flush, w.is_last)
+        return StreamPart(self._stream, skip, w.keep_end, flush, w.is_last)
 
     def _decoded(self, window: Window, fut: asyncio.Future) -> None:
         """A window's decode ended: hand it over in order. Listener-paced, its audio exists,

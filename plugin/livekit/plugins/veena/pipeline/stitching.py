@@ -57,12 +57,12 @@ class Stitcher:
     def push(self, window: Window, audio: np.ndarray) -> np.ndarray:
         """Add one window's decoded audio; return the samples now final."""
         spp = self.spp
+        if window.keep_start * spp != self.emitted:
+            raise ValueError("windows must arrive in order without gaps")
         if self.exact:
             return self._push_exact(window, audio)
         if len(audio) != window.steps * spp:
             raise ValueError(f"window of {window.steps} steps decoded to {len(audio)} samples")
-        if window.keep_start * spp != self.emitted:
-            raise ValueError("windows must arrive in order without gaps")
         lo = (window.keep_start - window.start) * spp
         hi = (window.keep_end - window.start) * spp
         kept = crossfade(self._tail, audio[lo:hi].astype(np.float32, copy=False))
@@ -74,8 +74,6 @@ class Stitcher:
         kept = (window.keep_end - window.keep_start) * self.spp
         if len(audio) != kept:
             raise ValueError(f"window keeping {kept} samples decoded to {len(audio)}")
-        if window.keep_start * self.spp != self.emitted:
-            raise ValueError("windows must arrive in order without gaps")
         self.emitted += kept
         return audio.astype(np.float32, copy=False)
 
