@@ -259,13 +259,16 @@ def _callback_counter():
 
 
 @contextlib.asynccontextmanager
-async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec):
+async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec, pipeline: Pipeline):
     """This process's CPU time, event-loop lags and codec graph calls over the block, with
     ``case``'s disturbance running meanwhile: a dict, filled with ``cpu``, ``callbacks``
-    (None unless counted) and ``graphs`` (``graph_captures``, ...) once the block ends."""
+    (None unless counted), ``windows`` and ``batches`` (decoded) and ``graphs``
+    (``graph_captures``, ...) once the block ends."""
     out: dict = {"lags": []}
     graphs = graph_counts(codec)
     deltas = llm.deltas
+    stats = pipeline.scheduler.stats
+    windows, batches = stats.windows, stats.batches
     cpu = time.process_time()
     monitor = asyncio.create_task(_lag_monitor(out["lags"]))
     disturb = asyncio.create_task(_disturb(case, llm))
@@ -276,6 +279,8 @@ async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec):
         out["cpu"] = time.process_time() - cpu
         out["callbacks"] = callbacks[0]
         out["deltas"] = llm.deltas - deltas
+        out["windows"] = stats.windows - windows
+        out["batches"] = stats.batches - batches
         monitor.cancel()
         disturb.cancel()
         out["graphs"] = {f"graph_{k}": v - graphs[k] for k, v in graph_counts(codec).items()}
@@ -294,7 +299,7 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     client.start()
     try:
         assert await loop.run_in_executor(None, ours.recv) == "start"
-        async with _measured(case, llm, codec) as measured:
+        async with _measured(case, llm, codec, pipeline) as measured:
             client_out = await loop.run_in_executor(None, ours.recv)
     finally:
         client.join(30)
@@ -303,6 +308,8 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     row = _row(case, mode, n, client_out["streams"], measured["cpu"], measured["lags"],
                llm.step_cpu_s)
     row["deltas_per_stream"] = measured["deltas"] / n
+    row["windows_per_stream"] = measured["windows"] / n
+    row["batches_per_stream"] = measured["batches"] / n
     row["loop_callbacks_per_stream"] = _per_stream(measured["callbacks"], n)
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
     row.update(measured["graphs"])
@@ -327,9 +334,10 @@ async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn,
     try:
         conn.send("listening")
         assert await loop.run_in_executor(None, conn.recv) == "start"
-        async with _measured(case, llm, codec) as measured:
+        async with _measured(case, llm, codec, pipeline) as measured:
             assert await loop.run_in_executor(None, conn.recv) == "stop"
         conn.send({"cpu": measured["cpu"], "lags": measured["lags"], "deltas": measured["deltas"],
+                   "windows": measured["windows"], "batches": measured["batches"],
                    "step_cpu": llm.step_cpu_s, "graphs": measured["graphs"]})
     finally:
         await runner.cleanup()
@@ -390,6 +398,8 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
                [lag for o in outs for lag in o["lags"]], sum(o["step_cpu"] for o in outs))
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
     row["deltas_per_stream"] = sum(o["deltas"] for o in outs) / n
+    row["windows_per_stream"] = sum(o["windows"] for o in outs) / n
+    row["batches_per_stream"] = sum(o["batches"] for o in outs) / n
     row["loop_callbacks_per_stream"] = None  # not counted in spawned server processes
     for key in outs[0]["graphs"]:
         row[key] = sum(o["graphs"][key] for o in outs)
@@ -415,13 +425,15 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float,
                 "end": "done"}
 
     try:
-        async with _measured("pipeline_alone", llm, codec) as measured:
+        async with _measured("pipeline_alone", llm, codec, pipeline) as measured:
             results = await asyncio.gather(*(one(i) for i in range(n)))
     finally:
         await pipeline.aclose()
     row = _row("pipeline_alone", mode, n, results, measured["cpu"], measured["lags"],
                llm.step_cpu_s)
     row["deltas_per_stream"] = measured["deltas"] / n
+    row["windows_per_stream"] = measured["windows"] / n
+    row["batches_per_stream"] = measured["batches"] / n
     row["loop_callbacks_per_stream"] = _per_stream(measured["callbacks"], n)
     row["client_lag_max_ms"] = None  # the listeners are in this process
     row.update(measured["graphs"])
@@ -458,7 +470,7 @@ def _markdown(rows: list[dict], notes: dict) -> str:
             "ours_ms_per_audio_s", "ours_in_run_ms_per_audio_s", "loop_lag_p99_ms",
             "loop_lag_max_ms", "client_lag_max_ms", "gap_s_mean", "gap_s_max",
             "first_audio_p50_ms", "first_audio_p95_ms", "deltas_per_stream",
-            "loop_callbacks_per_stream"]
+            "windows_per_stream", "batches_per_stream", "loop_callbacks_per_stream"]
 
     def fmt(v) -> str:
         return "" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)

@@ -23,22 +23,28 @@ from livekit.plugins.veena.pipeline.engine import EngineOptions, SamplingOptions
 TOKENS_PER_S = 82  # one real-time SNAC stream: 7 tokens per 85.3 ms frame
 
 
-async def level(engine: VllmEngine, streams: int, tokens: int) -> dict:
+async def level(engine: VllmEngine, streams: int, tokens: int, interval: int = 1) -> dict:
     prompt = engine.tokenizer.encode("Benchmark stream.", add_special_tokens=False)
 
     async def one(i: int) -> int:
         sampling = SamplingOptions(temperature=1.0, top_p=1.0, max_tokens=tokens,
-                                   min_tokens=tokens, seed=i, repetition_penalty=1.0)
+                                   min_tokens=tokens, seed=i, repetition_penalty=1.0,
+                                   stream_interval=interval)
         got = 0
-        async for ids in engine.generate(prompt, sampling, f"frontend-{streams}-{i}"):
+        async for ids in engine.generate(prompt, sampling,
+                                         f"frontend-{streams}-{interval}-{i}-{time.monotonic()}"):
             got += len(ids)
+            outputs[0] += 1
         return got
 
+    outputs = [0]
     cpu, wall = time.process_time(), time.perf_counter()
     delivered = sum(await asyncio.gather(*(one(i) for i in range(streams))))
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     per_token_us = cpu * 1e6 / delivered
-    return {"streams": streams, "tokens": delivered, "tokens_per_s": delivered / wall,
+    return {"streams": streams, "stream_interval": interval,
+            "outputs_per_request": outputs[0] / streams,
+            "tokens": delivered, "tokens_per_s": delivered / wall,
             "frontend_cpu_us_per_token": per_token_us,
             "frontend_cpu_ms_per_audio_s": per_token_us * TOKENS_PER_S / 1000,
             "cores_for_256_streams": per_token_us * 256 * TOKENS_PER_S / 1e6}
@@ -57,7 +63,9 @@ async def run(args, workdir: str) -> None:
     try:
         await level(engine, 1, 16)  # warm-up: first-request paths, lazy imports
         for n in args.streams:
-            rows.append(await level(engine, n, args.tokens))
+            for _ in range(args.repeat):
+                for interval in args.stream_intervals:
+                    rows.append(await level(engine, n, args.tokens, interval))
     finally:
         await engine.aclose()
     report("vllm_frontend", rows, {
@@ -72,5 +80,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--streams", type=ints, default=[1, 16, 64])
     ap.add_argument("--tokens", type=int, default=140)
+    ap.add_argument("--stream-intervals", type=ints, default=[1],
+                    help="SamplingOptions.stream_interval values, alternated at each N "
+                         "(7: one output per SNAC frame)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each N and interval")
     setup()
     asyncio.run(amain(ap.parse_args()))

@@ -77,10 +77,13 @@ def test_gpu_script_runs_on_cpu():
 @pytest.mark.engine  # starts its own vLLM engine
 def test_vllm_frontend_bench():
     _run(sys.executable, "bench/vllm_frontend.py", "--streams", "1,3", "--tokens", "14",
-         timeout=400)
+         "--stream-intervals", "1,7", timeout=400)
     rows = _rows("vllm_frontend")
-    assert [(r["streams"], r["tokens"]) for r in rows] == [(1, 14), (3, 42)]
+    assert [(r["streams"], r["stream_interval"], r["tokens"]) for r in rows] == [
+        (1, 1, 14), (1, 7, 14), (3, 1, 42), (3, 7, 42)]
     assert all(r["frontend_cpu_us_per_token"] > 0 for r in rows)
+    # one output per token; with 7, the first token, then one per 7 (the last one short)
+    assert [r["outputs_per_request"] for r in rows] == [14, 3, 14, 3]
 
 
 def test_gpu_model_config_is_llama_3b_shaped(tmp_path, monkeypatch):
@@ -141,6 +144,8 @@ def test_control_plane_bench():
         assert r["server_cpu_ms_per_audio_s"] > 0 and r["ours_ms_per_audio_s"] is not None
         assert 0 < r["ours_in_run_ms_per_audio_s"] < r["server_cpu_ms_per_audio_s"]
         assert 1 <= r["deltas_per_stream"] <= 24 * 7  # at most one per token
+        # the adaptive planner's windows cover all 24 frames, one stream's at a time
+        assert 1 <= r["batches_per_stream"] <= r["windows_per_stream"] <= 24
         # counted in this process (a pulled token and a decoded window each cost a few)
         assert (r["loop_callbacks_per_stream"] is None) == (r["workers"] == 2)
         assert r["workers"] == 2 or r["loop_callbacks_per_stream"] > r["deltas_per_stream"]

@@ -54,7 +54,8 @@ def test_check_int_list():
             check_int_list("g", bad, 0, 9, length=2)
 
 
-@pytest.mark.parametrize("field", ["max_tokens", "min_tokens", "top_k", "seed"])
+@pytest.mark.parametrize("field", ["max_tokens", "min_tokens", "top_k", "seed",
+                                   "stream_interval"])
 @pytest.mark.parametrize("value", [1.5, True, 2.0, "3", math.nan])
 def test_sampling_int_fields_refuse_non_ints(field, value):
     with pytest.raises(ValueError, match=field):
@@ -75,6 +76,9 @@ def test_sampling_valid_values_pass_and_ints_count_as_floats():
         SamplingOptions(max_tokens=5, min_tokens=6).validate()
     with pytest.raises(ValueError, match="top_k"):
         SamplingOptions(top_k=0).validate()
+    for interval in (0, -7, 4097):
+        with pytest.raises(ValueError, match="stream_interval"):
+            SamplingOptions(stream_interval=interval).validate()
 
 
 def test_globals_refuse_floats_and_bools():

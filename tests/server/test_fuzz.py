@@ -172,6 +172,18 @@ async def test_engine_wrapper_rechecks_what_it_hands_to_vllm(pipeline):
     assert sum(map(len, got)) == 7 and pipeline.engine.health.state == "ready"
 
 
+@engine
+async def test_stream_interval_reaches_vllm(pipeline):
+    """vLLM hands over its first token at once, then one delta per ``stream_interval`` new
+    tokens, and the rest at the end: one delta per SNAC frame after the first token."""
+    prompt = pipeline.profile.build_prompt(pipeline.engine.tokenizer, "Hi.", "kavya")
+    for interval, sizes in ((7, [1, 7, 7, 1]), (1, [1] * 16)):
+        sampling = SamplingOptions(max_tokens=16, min_tokens=16, seed=5,
+                                   stream_interval=interval)
+        got = [len(ids) async for ids in pipeline.engine.generate(prompt, sampling)]
+        assert got == sizes, (interval, got)
+
+
 # -- the HTTP edges, over a fake engine ---------------------------------------------------
 
 HEADER_FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
