@@ -1,7 +1,8 @@
 """A fake vLLM ``AsyncLLM`` with vLLM's delivery pattern, for control-plane benchmarks: one
 engine step for every running request together (``steps_per_s``, one token per request per
 step, random SNAC codes), each request's new tokens put in its own collector, and DELTA
-outputs merged when the consumer lags (as vLLM's ``RequestOutputCollector`` does). The step
+outputs merged when the consumer lags (as vLLM's ``RequestOutputCollector`` does), a
+request's ``stream_interval`` kept as vLLM's output processor keeps it. The step
 clock keeps running while the event loop lags (the engine core is another process), and
 ``stall`` stops it (a slow or stuck engine). It goes under the product's ``VllmEngine``."""
 
@@ -31,9 +32,22 @@ class _Output:
 class _Request:
     tokens: int
     start_step: int
+    interval: int = 1
+    """vLLM's ``stream_interval``: hand over the first token at once, then once this many
+    new ones have gathered, and the rest at the end."""
     made: int = 0
+    sent: int = 0
+    unsent: list[int] = field(default_factory=list)
     output: _Output | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def step(self, ids: list[int], finished: bool) -> None:
+        """One engine step's new tokens, handed over as vLLM's output processor would."""
+        self.unsent.extend(ids)
+        if finished or self.sent == 0 or len(self.unsent) >= self.interval:
+            self.sent += len(self.unsent)
+            self.put(self.unsent, finished)
+            self.unsent = []
 
     def put(self, ids: list[int], finished: bool) -> None:
         if self.output is None:
@@ -62,6 +76,7 @@ class FakeAsyncLLM:
         self._task: asyncio.Task | None = None
         self.steps = 0
         self.deltas = 0
+        self.requests_started = 0
         """Outputs handed to consumers (one per wake of a consumer; merged while it lags)."""
         self.step_cpu_s = 0.0
         """CPU time spent in the engine's steps (making tokens, filling collectors, waking
@@ -90,12 +105,14 @@ class FakeAsyncLLM:
                     ids = [VEENA.audio_token_base + (k % 7) * 4096 + (k * 7919 + 13) % 4096
                            for k in range(req.made, req.made + due)]
                     req.made += due
-                    req.put(ids, req.made >= req.tokens)
+                    req.step(ids, req.made >= req.tokens)
             self.step_cpu_s += time.thread_time() - cpu
             await asyncio.sleep(period - (time.perf_counter() - self._t0) % period)
 
     async def generate(self, prompt, params, request_id: str):
-        req = _Request(self.frames * 7, self._steps())
+        req = _Request(self.frames * 7, self._steps(),
+                       interval=getattr(params, "stream_interval", None) or 1)
+        self.requests_started += 1
         self._requests[request_id] = req
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())

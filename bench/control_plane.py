@@ -44,7 +44,13 @@ from livekit.plugins.veena.server.app import ServerOptions, create_app
 STEP_S = 2048 / 24000
 STEPS_PER_S = 82.0
 """The fake engine's steps per second at real time (one token per step, 7 per frame)."""
-TEXT = "Hello there."
+SENTENCES = ("Hello there.", "And this is a second sentence, spoken right after the first one.")
+"""A stream's text: its first ``--chunks`` sentences, each one text chunk (the server's
+chunker splits them so). A second chunk starts while the first generates, so it takes its
+tokens from the engine once per frame (``queued_output_steps``)."""
+CHUNKS = 1
+QUEUED_OUTPUT_STEPS = PipelineOptions.queued_output_steps
+"""``--chunks`` and ``--queued-output-steps`` (this process and its pipelines)."""
 NO_GAP_S = 0.05
 """A stream 'holds' when it hears at most this much gap after first audio."""
 DISTURB_AT_S = 2.5
@@ -114,7 +120,8 @@ def graph_counts(spec: CodecSpec) -> dict:
 
 # -- the client process ---------------------------------------------------------------------
 
-async def _stream(session, url: str, index: int, delay: float, compress: int) -> dict:
+async def _stream(session, url: str, index: int, delay: float, compress: int,
+                  text: str) -> dict:
     import aiohttp
 
     from livekit.plugins.veena.protocol import decode_audio
@@ -123,7 +130,7 @@ async def _stream(session, url: str, index: int, delay: float, compress: int) ->
     ws = await session.ws_connect(url, compress=compress)
     ear = Listener(24000)
     await ws.send_json({"type": "speak", "context_id": f"c{index}", "continue": False,
-                        "text": TEXT, "seed": index})
+                        "text": text, "seed": index})
     end = "none"
     async for msg in ws:
         if msg.type == aiohttp.WSMsgType.BINARY:
@@ -138,20 +145,21 @@ async def _stream(session, url: str, index: int, delay: float, compress: int) ->
     return {"first_s": ear.first_s, "gap_s": ear.gap_s, "audio_s": ear.audio_s, "end": end}
 
 
-async def _client(url: str, n: int, stagger_s: float, compress: int) -> dict:
+async def _client(url: str, n: int, stagger_s: float, compress: int, text: str) -> dict:
     import aiohttp
 
     lags: list[float] = []
     monitor = asyncio.create_task(_lag_monitor(lags))
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as session:
-        streams = await asyncio.gather(*(_stream(session, url, i, stagger_s * i / n, compress)
-                                         for i in range(n)))
+        streams = await asyncio.gather(*(_stream(session, url, i, stagger_s * i / n, compress,
+                                                 text) for i in range(n)))
     monitor.cancel()
     return {"streams": streams, "lag_max_ms": max(lags, default=0.0) * 1000}
 
 
-def client_main(url: str, n: int, stagger_s: float, compress: int, pipe) -> None:
+def client_main(url: str, n: int, stagger_s: float, compress: int, pipe,
+                text: str = SENTENCES[0]) -> None:
     """The listeners: a gap they hear must be the server's, so this process's own pauses
     are kept out (everything imported and frozen first, no full collection while streaming)
     and its largest event-loop lag is reported beside the gaps."""
@@ -166,7 +174,7 @@ def client_main(url: str, n: int, stagger_s: float, compress: int, pipe) -> None
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, 1 << 30)
     pipe.send("start")
-    pipe.send(asyncio.run(_client(url, n, stagger_s, compress)))
+    pipe.send(asyncio.run(_client(url, n, stagger_s, compress, text)))
 
 
 # -- the server process ---------------------------------------------------------------------
@@ -213,6 +221,7 @@ async def _pipeline(n: int, mode: str, frames: int, codec: CodecSpec,
     llm = FakeAsyncLLM(frames, STEPS_PER_S * speed)
     pipeline = Pipeline(fake_vllm_engine(llm, max_num_seqs=2 * n), make_codec(codec), VEENA,
                         PipelineOptions(adaptive_windows=mode == "adaptive",
+                                        queued_output_steps=QUEUED_OUTPUT_STEPS,
                                         scheduler=SchedulerOptions(max_batch=codec.max_batch)))
     await pipeline.start()
     return llm, pipeline
@@ -266,7 +275,7 @@ async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec, pipeline: Pi
     (``graph_captures``, ...) once the block ends."""
     out: dict = {"lags": []}
     graphs = graph_counts(codec)
-    deltas = llm.deltas
+    deltas, requests = llm.deltas, llm.requests_started
     stats = pipeline.scheduler.stats
     windows, batches = stats.windows, stats.batches
     cpu = time.process_time()
@@ -279,6 +288,7 @@ async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec, pipeline: Pi
         out["cpu"] = time.process_time() - cpu
         out["callbacks"] = callbacks[0]
         out["deltas"] = llm.deltas - deltas
+        out["requests"] = llm.requests_started - requests
         out["windows"] = stats.windows - windows
         out["batches"] = stats.batches - batches
         monitor.cancel()
@@ -294,7 +304,8 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     loop = asyncio.get_running_loop()
     ours, theirs = mp.get_context("spawn").Pipe()
     client = mp.get_context("spawn").Process(target=client_main,
-                                             args=(url, n, stagger_s, compress, theirs),
+                                             args=(url, n, stagger_s, compress, theirs,
+                                                   " ".join(SENTENCES[:CHUNKS])),
                                              daemon=True)
     client.start()
     try:
@@ -308,6 +319,7 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     row = _row(case, mode, n, client_out["streams"], measured["cpu"], measured["lags"],
                llm.step_cpu_s)
     row["deltas_per_stream"] = measured["deltas"] / n
+    row["requests_per_stream"] = measured["requests"] / n
     row["windows_per_stream"] = measured["windows"] / n
     row["batches_per_stream"] = measured["batches"] / n
     row["loop_callbacks_per_stream"] = _per_stream(measured["callbacks"], n)
@@ -338,6 +350,7 @@ async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn,
             assert await loop.run_in_executor(None, conn.recv) == "stop"
         conn.send({"cpu": measured["cpu"], "lags": measured["lags"], "deltas": measured["deltas"],
                    "windows": measured["windows"], "batches": measured["batches"],
+                   "requests": measured["requests"],
                    "step_cpu": llm.step_cpu_s, "graphs": measured["graphs"]})
     finally:
         await runner.cleanup()
@@ -352,7 +365,7 @@ async def _warm_up(pipeline: Pipeline, n: int) -> None:
     runner, url = await _listen(pipeline, n)
     try:
         async with aiohttp.ClientSession() as session:
-            await _stream(session, url, 0, 0.0, 0)
+            await _stream(session, url, 0, 0.0, 0, SENTENCES[0])
     finally:
         await runner.cleanup()
 
@@ -398,6 +411,7 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
                [lag for o in outs for lag in o["lags"]], sum(o["step_cpu"] for o in outs))
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
     row["deltas_per_stream"] = sum(o["deltas"] for o in outs) / n
+    row["requests_per_stream"] = sum(o["requests"] for o in outs) / n
     row["windows_per_stream"] = sum(o["windows"] for o in outs) / n
     row["batches_per_stream"] = sum(o["batches"] for o in outs) / n
     row["loop_callbacks_per_stream"] = None  # not counted in spawned server processes
@@ -417,7 +431,8 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float,
         ear = Listener(24000)
 
         async def text():
-            yield TEXT
+            for sentence in SENTENCES[:CHUNKS]:
+                yield sentence
 
         await Turn(pipeline, TurnOptions(voice=VEENA.default_voice, sampling=sampling,
                                          seed=i)).speak(text(), lambda pcm: ear.hear(len(pcm)))
@@ -432,6 +447,7 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float,
     row = _row("pipeline_alone", mode, n, results, measured["cpu"], measured["lags"],
                llm.step_cpu_s)
     row["deltas_per_stream"] = measured["deltas"] / n
+    row["requests_per_stream"] = measured["requests"] / n
     row["windows_per_stream"] = measured["windows"] / n
     row["batches_per_stream"] = measured["batches"] / n
     row["loop_callbacks_per_stream"] = _per_stream(measured["callbacks"], n)
@@ -469,8 +485,8 @@ def _markdown(rows: list[dict], notes: dict) -> str:
     cols = ["case", "mode", "streams", "workers", "server_cpu_ms_per_audio_s", "engine_alone_ms_per_audio_s",
             "ours_ms_per_audio_s", "ours_in_run_ms_per_audio_s", "loop_lag_p99_ms",
             "loop_lag_max_ms", "client_lag_max_ms", "gap_s_mean", "gap_s_max",
-            "first_audio_p50_ms", "first_audio_p95_ms", "deltas_per_stream",
-            "windows_per_stream", "batches_per_stream", "loop_callbacks_per_stream"]
+            "first_audio_p50_ms", "first_audio_p95_ms", "requests_per_stream",
+            "deltas_per_stream", "windows_per_stream", "batches_per_stream", "loop_callbacks_per_stream"]
 
     def fmt(v) -> str:
         return "" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
@@ -536,7 +552,9 @@ async def amain(args) -> None:
                        and r["held"]), default=0) for m in ("adaptive", "ramp")}
     notes = {"frames_per_request": args.frames, "stagger_s": args.stagger_s,
              "codec": codec_label, "max_batch": args.max_batch,
-             "steps_per_s": STEPS_PER_S * args.speed, "speed": args.speed, "text": TEXT,
+             "steps_per_s": STEPS_PER_S * args.speed, "speed": args.speed,
+             "text": " ".join(SENTENCES[:args.chunks]), "chunks": args.chunks,
+             "queued_output_steps": args.queued_output_steps,
              "clients_offer_deflate": args.clients_offer_deflate,
              "largest_held": largest, "label": args.label,
              "setup": (f"Server app and fake engine in one process, client in another, on this "
@@ -564,6 +582,12 @@ if __name__ == "__main__":
     ap.add_argument("--clients-offer-deflate", action="store_true",
                     help="clients offer permessage-deflate (as browsers and `websockets` do)")
     ap.add_argument("--frames", type=int, default=60, help="frames per engine request")
+    ap.add_argument("--chunks", type=int, choices=[1, 2], default=1,
+                    help="text chunks (engine requests) per stream, one after the other")
+    ap.add_argument("--queued-output-steps", type=int,
+                    default=PipelineOptions.queued_output_steps,
+                    help="PipelineOptions.queued_output_steps: a chunk behind a generating "
+                         "one takes its tokens once per this many frames (0: every token)")
     ap.add_argument("--speed", type=float, default=1.0,
                     help="the fake engine generates at this many times real time (a GPU "
                          "with room to spare runs ahead of its listeners)")
@@ -588,6 +612,11 @@ if __name__ == "__main__":
     setup()
     args = ap.parse_args()
     COUNT_CALLBACKS = args.count_callbacks
+    CHUNKS, QUEUED_OUTPUT_STEPS = args.chunks, args.queued_output_steps
+    if any(args.workers) and (CHUNKS, QUEUED_OUTPUT_STEPS) != (
+            1, PipelineOptions.queued_output_steps):
+        ap.error("--chunks and --queued-output-steps apply to the server in this process only "
+                 "(--workers 0)")
     if args.loop == "uvloop":
         import uvloop
 

@@ -153,6 +153,18 @@ def test_control_plane_bench():
     assert md.startswith("| case | mode |") and "Largest N held" in md
 
 
+def test_control_plane_bench_with_two_chunks_per_stream():
+    """The second sentence is a second engine request, behind the first: both heard whole."""
+    _run(sys.executable, "bench/control_plane.py", "--streams", "3", "--cases", "normal",
+         "--modes", "adaptive", "--frames", "12", "--stagger-s", "0.2", "--chunks", "2",
+         "--label", "_chunks")
+    rows = _rows("control_plane_chunks")
+    assert [r["case"] for r in rows] == ["normal", "pipeline_alone"]
+    for r in rows:  # two requests of 12 frames, joined by one 15 ms crossfade
+        assert r["done"] == 3 and r["requests_per_stream"] == 2
+        assert r["audio_s_per_stream"] == pytest.approx((2 * 12 * 2048 - 360) / 24000)
+
+
 @pytest.mark.parametrize("codec,label", [("snac", "snac eager"),
                                          ("snac-streamed", "snac streamed")])
 def test_control_plane_bench_with_the_real_snac_decoder(codec, label):

@@ -112,3 +112,51 @@ async def test_the_turns_task_wakes_per_chunk_not_per_window(pipeline, monkeypat
     # per chunk: its start, its run's end, perhaps its producer's end (4 here, 25 windows)
     assert steps["chunk"] <= 8
     assert await engine_settled(pipeline)
+
+
+async def _recorded_turn(pipeline, monkeypatch, texts):
+    """A turn whose engine requests are noted: per request, its ``stream_interval`` and the
+    cumulative token count at each delta vLLM handed over; and the turn's audio and frames."""
+    seen: dict[str, list[int]] = {}
+    generate = pipeline.engine.generate
+
+    async def noting(prompt, sampling, request_id=None):
+        counts = seen.setdefault(request_id, [sampling.stream_interval])
+        total = 0
+        async for ids in generate(prompt, sampling, request_id):
+            total += len(ids)
+            counts.append(total)
+            yield ids
+
+    monkeypatch.setattr(pipeline.engine, "generate", noting)
+    turn = Turn(pipeline, _options(pipeline))
+    pushed = []
+    await turn.speak(_texts(*texts), pushed.append)
+    monkeypatch.undo()
+    frames = [np.stack(turn._syns[i].tracks[0].steps) for i in range(len(texts))]
+    return [seen[rid] for rid in turn.request_ids], np.concatenate(pushed), frames
+
+
+async def test_a_chunk_behind_a_generating_chunk_takes_its_tokens_frame_by_frame(
+        pipeline, monkeypatch):
+    """The second chunk starts while the first generates: vLLM hands it its first token, then
+    one delta per frame (7 tokens; merged further while its producer is parked), and the
+    first chunk every token. The model makes the same tokens and the turn the same audio as
+    with every token delivered (VEENA_QUEUED_OUTPUT_STEPS=0)."""
+    texts = ("First chunk.", "Second chunk.")
+    requests, audio, frames = await _recorded_turn(pipeline, monkeypatch, texts)
+    (first, *first_counts), (second, *second_counts) = requests
+    assert (first, second) == (1, 7)
+    assert first_counts[-1] == second_counts[-1] == 35
+    assert second_counts[0] == 1  # the first token at once
+    assert set(second_counts) <= {1, 8, 15, 22, 29, 35}  # then every 7th, and the end
+    assert len(second_counts) <= 6 < len(first_counts)
+
+    monkeypatch.setattr(pipeline, "options", replace(pipeline.options, queued_output_steps=0))
+    requests_off, audio_off, frames_off = await _recorded_turn(pipeline, monkeypatch, texts)
+    monkeypatch.undo()
+    assert [r[0] for r in requests_off] == [1, 1]
+    assert all(np.array_equal(a, b) for a, b in zip(frames, frames_off))
+    assert len(audio) == len(audio_off)
+    assert np.abs(audio - audio_off).max() <= 1 / 32767  # the decode's rounding at most
+    assert await engine_settled(pipeline)

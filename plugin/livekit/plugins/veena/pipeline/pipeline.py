@@ -28,6 +28,7 @@ from ..models.profiles import (
     resolve_profile,
 )
 from ..settings import env_bool, env_bool_or_auto, env_float, env_int, env_str
+from ..validation import check_int
 from .alarm import SharedAlarm
 from .chunking import ChunkerOptions, chunk_text
 from .engine import EngineOptions, SamplingOptions, VllmEngine
@@ -95,6 +96,13 @@ class PipelineOptions:
     freeze_gc_heap: bool = True
     """Once started, freeze the start-up heap so full garbage collections stop pausing the
     event loop (``gc_heap``)."""
+    queued_output_steps: int = 1
+    """A text chunk that starts while an earlier chunk of its turn still generates (its audio
+    waits behind that one's) has vLLM hand its tokens over once per this many codec steps
+    (vLLM's ``stream_interval``; SNAC: 7 tokens a step) instead of per token: a seventh of
+    the outputs for vLLM's front end to build and fewer wakes, each delivery at most one
+    engine step later, which its listener, still hearing the earlier chunk, does not hear.
+    0: every token. A first chunk always takes every token (its first audio waits on it)."""
     gc_full_interval_s: float = 300.0
     """Once started, full garbage collections wait until no stream plays, or at most this
     long (checked as a stream starts); 0: Python's own schedule (``gc_heap``)."""
@@ -141,6 +149,9 @@ class PipelineOptions:
             torch_threads=env_int("VEENA_TORCH_THREADS", cls.torch_threads),
             max_audio_s_per_char=env_float("VEENA_MAX_AUDIO_S_PER_CHAR", cls.max_audio_s_per_char),
             freeze_gc_heap=env_bool("VEENA_FREEZE_GC_HEAP", cls.freeze_gc_heap),
+            queued_output_steps=check_int(
+                "VEENA_QUEUED_OUTPUT_STEPS",
+                env_int("VEENA_QUEUED_OUTPUT_STEPS", cls.queued_output_steps), 0, 64),
             gc_full_interval_s=_non_negative(
                 "VEENA_GC_FULL_INTERVAL_S",
                 env_float("VEENA_GC_FULL_INTERVAL_S", cls.gc_full_interval_s)),
@@ -359,6 +370,15 @@ class Pipeline:
 
     def default_sampling(self) -> SamplingOptions:
         return self.family.default_sampling()
+
+    def queued_sampling(self, sampling: SamplingOptions) -> SamplingOptions:
+        """``sampling`` for a chunk whose audio waits behind a chunk still generating: its
+        tokens handed over once per ``queued_output_steps`` codec steps."""
+        steps = check_int("queued_output_steps", self.options.queued_output_steps, 0, 64)
+        if steps == 0:
+            return sampling
+        interval = steps * self.family.tokens_per_step()
+        return replace(sampling, stream_interval=max(sampling.stream_interval, interval))
 
     def main_sampling(self, sampling: SamplingOptions, text: str, prompt_len: int
                       ) -> SamplingOptions:

@@ -194,7 +194,10 @@ class Turn:
             if (index != self._first_index and self.speaker_globals is None
                     and self._p.family.has_speaker_globals):
                 await self._await_first_globals()
-            syn = self._p.synthesize(text, voice=self._opts.voice, sampling=self._opts.sampling,
+            sampling = self._opts.sampling
+            if index != self._first_index and any(not t.done() for t in self._tasks[:index]):
+                sampling = self._p.queued_sampling(sampling)  # its audio waits behind theirs
+            syn = self._p.synthesize(text, voice=self._opts.voice, sampling=sampling,
                                      seed=self.seed, request_id=self._request_ids.get(index),
                                      speaker_globals=self.speaker_globals)
             self._syns[index] = syn

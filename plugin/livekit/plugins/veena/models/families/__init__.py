@@ -119,6 +119,10 @@ class ModelFamily:
         """A token budget rounded to what the codec can use (e.g. whole frames)."""
         return tokens
 
+    def tokens_per_step(self) -> int:
+        """Tokens the model generates per codec step (one semantic token, by default)."""
+        return 1
+
     def check_globals(self, global_ids: Sequence[int]) -> tuple[int, ...]:
         """Speaker tokens a continuation may reuse (InvalidGlobalsError otherwise)."""
         raise InvalidGlobalsError(f"model profile {self.profile.name} takes no speaker_globals")

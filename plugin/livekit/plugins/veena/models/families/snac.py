@@ -66,3 +66,6 @@ class SnacFamily(ModelFamily):
 
     def round_budget(self, tokens: int) -> int:
         return tokens + -tokens % self.profile.tokens_per_frame
+
+    def tokens_per_step(self) -> int:
+        return self.profile.tokens_per_frame
