@@ -160,3 +160,25 @@ async def test_a_chunk_behind_a_generating_chunk_takes_its_tokens_frame_by_frame
     assert len(audio) == len(audio_off)
     assert np.abs(audio - audio_off).max() <= 1 / 32767  # the decode's rounding at most
     assert await engine_settled(pipeline)
+
+
+async def test_queued_output_steps_reads_the_environment_and_is_checked(pipeline, monkeypatch):
+    from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+
+    assert PipelineOptions.from_env().queued_output_steps == 1
+    monkeypatch.setenv("VEENA_QUEUED_OUTPUT_STEPS", "0")
+    assert PipelineOptions.from_env().queued_output_steps == 0
+    for bad in ("-1", "65", "1.5", "yes"):
+        monkeypatch.setenv("VEENA_QUEUED_OUTPUT_STEPS", bad)
+        with pytest.raises(ValueError, match="VEENA_QUEUED_OUTPUT_STEPS"):
+            PipelineOptions.from_env()
+    for bad in (True, -1, 2.0):
+        with pytest.raises(ValueError, match="queued_output_steps"):
+            Pipeline(pipeline.engine, pipeline.codec, pipeline.profile,
+                     replace(pipeline.options, queued_output_steps=bad))
+    # 2 frames of SNAC: 14 tokens a delivery; a larger interval already asked for stays
+    options = replace(pipeline.options, queued_output_steps=2)
+    monkeypatch.setattr(pipeline, "options", options)
+    sampling = pipeline.default_sampling()
+    assert pipeline.queued_sampling(sampling).stream_interval == 14
+    assert pipeline.queued_sampling(replace(sampling, stream_interval=21)).stream_interval == 21

@@ -202,6 +202,7 @@ class Pipeline:
                 f"codec sample rate {codec.sample_rate} != profile {profile.name} "
                 f"sample rate {profile.sample_rate}"
             )
+        check_int("queued_output_steps", options.queued_output_steps, 0, 64)
         self.engine = engine
         self.codec = codec
         self.profile = profile
@@ -374,7 +375,7 @@ class Pipeline:
     def queued_sampling(self, sampling: SamplingOptions) -> SamplingOptions:
         """``sampling`` for a chunk whose audio waits behind a chunk still generating: its
         tokens handed over once per ``queued_output_steps`` codec steps."""
-        steps = check_int("queued_output_steps", self.options.queued_output_steps, 0, 64)
+        steps = self.options.queued_output_steps
         if steps == 0:
             return sampling
         interval = steps * self.family.tokens_per_step()
