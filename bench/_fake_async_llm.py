@@ -76,8 +76,8 @@ class FakeAsyncLLM:
         self._task: asyncio.Task | None = None
         self.steps = 0
         self.deltas = 0
-        self.requests_started = 0
         """Outputs handed to consumers (one per wake of a consumer; merged while it lags)."""
+        self.requests_started = 0
         self.step_cpu_s = 0.0
         """CPU time spent in the engine's steps (making tokens, filling collectors, waking
         consumers), measured inside the run it serves."""

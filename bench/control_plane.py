@@ -271,8 +271,8 @@ def _callback_counter():
 async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec, pipeline: Pipeline):
     """This process's CPU time, event-loop lags and codec graph calls over the block, with
     ``case``'s disturbance running meanwhile: a dict, filled with ``cpu``, ``callbacks``
-    (None unless counted), ``windows`` and ``batches`` (decoded) and ``graphs``
-    (``graph_captures``, ...) once the block ends."""
+    (None unless counted), ``deltas`` and ``requests`` (the engine's), ``windows`` and
+    ``batches`` (decoded) and ``graphs`` (``graph_captures``, ...) once the block ends."""
     out: dict = {"lags": []}
     graphs = graph_counts(codec)
     deltas, requests = llm.deltas, llm.requests_started
