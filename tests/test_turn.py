@@ -150,7 +150,7 @@ async def test_a_chunk_behind_a_generating_chunk_takes_its_tokens_frame_by_frame
     assert first_counts[-1] == second_counts[-1] == 35
     assert second_counts[0] == 1  # the first token at once
     assert set(second_counts) <= {1, 8, 15, 22, 29, 35}  # then every 7th, and the end
-    assert len(second_counts) <= 6 < len(first_counts)
+    assert len(second_counts) <= 6  # the first chunk's count depends on its consumer's pace
 
     monkeypatch.setattr(pipeline, "options", replace(pipeline.options, queued_output_steps=0))
     requests_off, audio_off, frames_off = await _recorded_turn(pipeline, monkeypatch, texts)
