@@ -114,7 +114,7 @@ async def test_the_turns_task_wakes_per_chunk_not_per_window(pipeline, monkeypat
     assert await engine_settled(pipeline)
 
 
-async def _recorded_turn(pipeline, monkeypatch, texts):
+async def _recorded_turn(pipeline, texts):
     """A turn whose engine requests are noted: per request, its ``stream_interval`` and the
     cumulative token count at each delta vLLM handed over; and the turn's audio and frames."""
     seen: dict[str, list[int]] = {}
@@ -128,11 +128,13 @@ async def _recorded_turn(pipeline, monkeypatch, texts):
             counts.append(total)
             yield ids
 
-    monkeypatch.setattr(pipeline.engine, "generate", noting)
-    turn = Turn(pipeline, _options(pipeline))
-    pushed = []
-    await turn.speak(_texts(*texts), pushed.append)
-    monkeypatch.undo()
+    pipeline.engine.generate = noting
+    try:
+        turn = Turn(pipeline, _options(pipeline))
+        pushed = []
+        await turn.speak(_texts(*texts), pushed.append)
+    finally:
+        del pipeline.engine.generate  # the engine's own method again
     frames = [np.stack(turn._syns[i].tracks[0].steps) for i in range(len(texts))]
     return [seen[rid] for rid in turn.request_ids], np.concatenate(pushed), frames
 
@@ -144,7 +146,7 @@ async def test_a_chunk_behind_a_generating_chunk_takes_its_tokens_frame_by_frame
     first chunk every token. The model makes the same tokens and the turn the same audio as
     with every token delivered (VEENA_QUEUED_OUTPUT_STEPS=0)."""
     texts = ("First chunk.", "Second chunk.")
-    requests, audio, frames = await _recorded_turn(pipeline, monkeypatch, texts)
+    requests, audio, frames = await _recorded_turn(pipeline, texts)
     (first, *first_counts), (second, *second_counts) = requests
     assert (first, second) == (1, 7)
     assert first_counts[-1] == second_counts[-1] == 35
@@ -153,7 +155,7 @@ async def test_a_chunk_behind_a_generating_chunk_takes_its_tokens_frame_by_frame
     assert len(second_counts) <= 6  # the first chunk's count depends on its consumer's pace
 
     monkeypatch.setattr(pipeline, "options", replace(pipeline.options, queued_output_steps=0))
-    requests_off, audio_off, frames_off = await _recorded_turn(pipeline, monkeypatch, texts)
+    requests_off, audio_off, frames_off = await _recorded_turn(pipeline, texts)
     monkeypatch.undo()
     assert [r[0] for r in requests_off] == [1, 1]
     assert all(np.array_equal(a, b) for a, b in zip(frames, frames_off))

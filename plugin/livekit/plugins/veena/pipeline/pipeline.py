@@ -66,6 +66,10 @@ def require_local_engine() -> None:
             + "); or speak through a server with veena.TTS(base_url=...)")
 
 
+MAX_QUEUED_OUTPUT_STEPS = 64
+"""``PipelineOptions.queued_output_steps`` at most (vLLM's interval stays within reason)."""
+
+
 @dataclass(frozen=True)
 class PipelineOptions:
     """Decode-side tunables; ``from_env`` reads each from its ``VEENA_*`` variable."""
@@ -151,7 +155,8 @@ class PipelineOptions:
             freeze_gc_heap=env_bool("VEENA_FREEZE_GC_HEAP", cls.freeze_gc_heap),
             queued_output_steps=check_int(
                 "VEENA_QUEUED_OUTPUT_STEPS",
-                env_int("VEENA_QUEUED_OUTPUT_STEPS", cls.queued_output_steps), 0, 64),
+                env_int("VEENA_QUEUED_OUTPUT_STEPS", cls.queued_output_steps), 0,
+                MAX_QUEUED_OUTPUT_STEPS),
             gc_full_interval_s=_non_negative(
                 "VEENA_GC_FULL_INTERVAL_S",
                 env_float("VEENA_GC_FULL_INTERVAL_S", cls.gc_full_interval_s)),
@@ -202,7 +207,8 @@ class Pipeline:
                 f"codec sample rate {codec.sample_rate} != profile {profile.name} "
                 f"sample rate {profile.sample_rate}"
             )
-        check_int("queued_output_steps", options.queued_output_steps, 0, 64)
+        check_int("queued_output_steps", options.queued_output_steps, 0,
+                  MAX_QUEUED_OUTPUT_STEPS)
         self.engine = engine
         self.codec = codec
         self.profile = profile
