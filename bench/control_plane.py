@@ -3,7 +3,9 @@ the product's ``VllmEngine`` on a fake ``AsyncLLM`` with vLLM's delivery pattern
 every request together, 82 steps/s (real time; ``--speed`` for faster), one token per
 request per step, outputs merged when the consumer lags) and a GPU-like codec (a fixed sleep
 per batch); a client process drives N real-time streams through the WebSocket protocol and
-hears them as a listener does.
+hears them as a listener does. Its sockets are open before the measured run, as the plugin's
+connection pool holds a call's socket across its turns (``--connections per-stream``: each
+stream connects and closes its own, handshake and close measured too).
 
 Per run: the server process's CPU time per second of audio delivered (process CPU, not
 wall; the fake engine's own share measured alone in the same run, with plain consumers),
@@ -28,6 +30,7 @@ import functools
 import json
 import multiprocessing as mp
 import socket
+import statistics
 import time
 
 import numpy as np
@@ -49,6 +52,9 @@ SENTENCES = ("Hello there.", "And this is a second sentence, spoken right after 
 chunker splits them so). A second chunk starts while the first generates, so it takes its
 tokens from the engine once per frame (``queued_output_steps``)."""
 CHUNKS = 1
+POOLED = True
+"""``--connections pooled``: each listener's socket is open before the measured run and
+closes after it, as the plugin's pool holds a call's socket across its turns."""
 QUEUED_OUTPUT_STEPS = PipelineOptions.queued_output_steps
 """``--chunks`` and ``--queued-output-steps`` (this process and its pipelines)."""
 NO_GAP_S = 0.05
@@ -121,13 +127,16 @@ def graph_counts(spec: CodecSpec) -> dict:
 # -- the client process ---------------------------------------------------------------------
 
 async def _stream(session, url: str, index: int, delay: float, compress: int,
-                  text: str) -> dict:
+                  text: str, ws=None) -> dict:
+    """One turn: on ``ws`` (a pooled socket, left open) or on a socket of its own."""
     import aiohttp
 
     from livekit.plugins.veena.protocol import decode_audio
 
     await asyncio.sleep(delay)
-    ws = await session.ws_connect(url, compress=compress)
+    own = ws is None
+    if own:
+        ws = await session.ws_connect(url, compress=compress)
     ear = Listener(24000)
     await ws.send_json({"type": "speak", "context_id": f"c{index}", "continue": False,
                         "text": text, "seed": index})
@@ -141,25 +150,36 @@ async def _stream(session, url: str, index: int, delay: float, compress: int,
                 break
         else:
             break
-    await ws.close()
+    if own:
+        await ws.close()
     return {"first_s": ear.first_s, "gap_s": ear.gap_s, "audio_s": ear.audio_s, "end": end}
 
 
-async def _client(url: str, n: int, stagger_s: float, compress: int, text: str) -> dict:
+async def _client(url: str, n: int, stagger_s: float, compress: int, text: str,
+                  pooled: bool, pipe) -> None:
+    """Sends "start", then the streams' results. ``pooled``: every listener's socket is
+    open before the start and closes after the results (as the plugin's connection pool
+    holds a call's socket across its turns); else each stream connects and closes its own."""
     import aiohttp
 
-    lags: list[float] = []
-    monitor = asyncio.create_task(_lag_monitor(lags))
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as session:
+        sockets = (await asyncio.gather(*(session.ws_connect(url, compress=compress)
+                                          for _ in range(n))) if pooled else [None] * n)
+        lags: list[float] = []
+        monitor = asyncio.create_task(_lag_monitor(lags))
+        pipe.send("start")
         streams = await asyncio.gather(*(_stream(session, url, i, stagger_s * i / n, compress,
-                                                 text) for i in range(n)))
-    monitor.cancel()
-    return {"streams": streams, "lag_max_ms": max(lags, default=0.0) * 1000}
+                                                 text, sockets[i]) for i in range(n)))
+        monitor.cancel()
+        pipe.send({"streams": streams, "lag_max_ms": max(lags, default=0.0) * 1000})
+        for ws in sockets:
+            if ws is not None:
+                await ws.close()
 
 
 def client_main(url: str, n: int, stagger_s: float, compress: int, pipe,
-                text: str = SENTENCES[0]) -> None:
+                text: str = SENTENCES[0], pooled: bool = True) -> None:
     """The listeners: a gap they hear must be the server's, so this process's own pauses
     are kept out (everything imported and frozen first, no full collection while streaming)
     and its largest event-loop lag is reported beside the gaps."""
@@ -173,8 +193,7 @@ def client_main(url: str, n: int, stagger_s: float, compress: int, pipe,
     gc.freeze()
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, 1 << 30)
-    pipe.send("start")
-    pipe.send(asyncio.run(_client(url, n, stagger_s, compress, text)))
+    asyncio.run(_client(url, n, stagger_s, compress, text, pooled, pipe))
 
 
 # -- the server process ---------------------------------------------------------------------
@@ -305,7 +324,7 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     ours, theirs = mp.get_context("spawn").Pipe()
     client = mp.get_context("spawn").Process(target=client_main,
                                              args=(url, n, stagger_s, compress, theirs,
-                                                   " ".join(SENTENCES[:CHUNKS])),
+                                                   " ".join(SENTENCES[:CHUNKS]), POOLED),
                                              daemon=True)
     client.start()
     try:
@@ -391,7 +410,8 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
             assert conn.recv() == "listening"
         ours, theirs = ctx.Pipe()
         client = ctx.Process(target=client_main, daemon=True, args=(
-            f"ws://127.0.0.1:{port}/v1/stream", n, stagger_s, compress, theirs))
+            f"ws://127.0.0.1:{port}/v1/stream", n, stagger_s, compress, theirs,
+            SENTENCES[0], POOLED))
         client.start()
         assert ours.recv() == "start"
         for _, conn in servers:
@@ -521,7 +541,11 @@ async def amain(args) -> None:
     await run(2, "adaptive", "normal", 10, 0.0, codec=codec)
     sizes = set(args.streams) | {args.disturb_streams}
     sizes |= {n // w for n in sizes for w in args.workers if w and n // w}
-    alone = {n: await engine_alone(n, args.frames, args.stagger_s, args.speed)
+    # the median of a few runs: one run of the fake engine alone varies by +-15 % here,
+    # and "ours" is the server's CPU less this figure
+    alone = {n: statistics.median([await engine_alone(n, args.frames, args.stagger_s,
+                                                      args.speed)
+                                   for _ in range(args.alone_runs)])
              for n in sorted(sizes)}
     plan = [("normal", n) for n in args.streams]
     plan += [(case, args.disturb_streams) for case in args.cases if case != "normal"]
@@ -556,12 +580,14 @@ async def amain(args) -> None:
              "text": " ".join(SENTENCES[:args.chunks]), "chunks": args.chunks,
              "queued_output_steps": args.queued_output_steps,
              "clients_offer_deflate": args.clients_offer_deflate,
+             "connections": args.connections, "alone_runs": args.alone_runs,
              "largest_held": largest, "label": args.label,
              "setup": (f"Server app and fake engine in one process, client in another, on this "
                        f"{mp.cpu_count()}-core machine (N up to {max(args.streams)} here); "
                        f"each stream {args.frames} frames per engine request at "
                        f"{args.speed:g}x real time; codec: {codec_text}. CPU is the server "
-                       f"process's (process_time); 'ours' = server minus the fake engine alone; "
+                       f"process's (process_time); 'ours' = server minus the fake engine alone "
+                       f"(median of {args.alone_runs} runs); "
                        f"'ours in run' = server minus the fake engine's own steps timed "
                        f"inside the same run.")}
     report(f"control_plane{args.label}", rows, notes)
@@ -595,6 +621,12 @@ if __name__ == "__main__":
     ap.add_argument("--workers", type=ints, default=[0],
                     help="server processes sharing the port, as `serve --workers` (0: the "
                          "server in this process; e.g. 1,2 compares one and two processes)")
+    ap.add_argument("--connections", choices=["pooled", "per-stream"], default="pooled",
+                    help="pooled: each listener's socket opens before the measured run and "
+                         "stays open (the plugin's pool holds a call's socket across its "
+                         "turns); per-stream: every stream connects and closes its own")
+    ap.add_argument("--alone-runs", type=int, default=3,
+                    help="runs of the fake engine alone per N (their median is subtracted)")
     ap.add_argument("--label", default="", help="suffix of the result files")
     ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="asyncio")
     ap.add_argument("--codec", choices=["gpu-like", "snac", "snac-streamed"],
@@ -613,6 +645,7 @@ if __name__ == "__main__":
     args = ap.parse_args()
     COUNT_CALLBACKS = args.count_callbacks
     CHUNKS, QUEUED_OUTPUT_STEPS = args.chunks, args.queued_output_steps
+    POOLED = args.connections == "pooled"
     if any(args.workers) and (CHUNKS, QUEUED_OUTPUT_STEPS) != (
             1, PipelineOptions.queued_output_steps):
         ap.error("--chunks and --queued-output-steps apply to the server in this process only "

@@ -154,10 +154,11 @@ def test_control_plane_bench():
 
 
 def test_control_plane_bench_with_two_chunks_per_stream():
-    """The second sentence is a second engine request, behind the first: both heard whole."""
+    """The second sentence is a second engine request, behind the first: both heard whole
+    (each stream on a socket of its own, connected and closed inside the measured run)."""
     _run(sys.executable, "bench/control_plane.py", "--streams", "3", "--cases", "normal",
          "--modes", "adaptive", "--frames", "12", "--stagger-s", "0.2", "--chunks", "2",
-         "--label", "_chunks")
+         "--connections", "per-stream", "--label", "_chunks")
     rows = _rows("control_plane_chunks")
     assert [r["case"] for r in rows] == ["normal", "pipeline_alone"]
     for r in rows:  # two requests of 12 frames, joined by one 15 ms crossfade

@@ -101,6 +101,10 @@ class AdaptivePlanner:
         """Steps whose audio reached the listener (``kept`` less these: still decoding)."""
         self._arrivals: collections.deque[tuple[float, int, bool]] = collections.deque(maxlen=48)
         """(time, steps available, seen as it arrived): the last 48 arrivals."""
+        self._rate: float | None = None
+        self._rate_known = False
+        """``token_rate`` as of the last arrival (asked several times per window, it changes
+        only with an arrival)."""
         self._recheck_at: float | None = None
 
     # -- what the planner is told ---------------------------------------------------------
@@ -109,6 +113,7 @@ class AdaptivePlanner:
         when they were taken, later than when they arrived."""
         self.available += count
         self._arrivals.append((now, self.available, not stale))
+        self._rate_known = False
 
     def finish(self) -> None:
         self.final = True
@@ -134,12 +139,16 @@ class AdaptivePlanner:
         from the oldest one seen as it arrived (a late stamp there would bias every
         estimate until it leaves the window) to the newest (after a wake, ``pull_at``'s
         caller waits for a fresh one before it parks again)."""
+        if self._rate_known:
+            return self._rate
         arrivals = self._arrivals
-        if len(arrivals) < 2:
-            return None
-        t0, n0, _ = next((a for a in arrivals if a[2]), arrivals[0])
-        t1, n1, _ = arrivals[-1]
-        return (n1 - n0) / (t1 - t0) if t1 > t0 else None
+        rate = None
+        if len(arrivals) >= 2:
+            t0, n0, _ = next((a for a in arrivals if a[2]), arrivals[0])
+            t1, n1, _ = arrivals[-1]
+            rate = (n1 - n0) / (t1 - t0) if t1 > t0 else None
+        self._rate, self._rate_known = rate, True
+        return rate
 
     @property
     def exhausted(self) -> bool:
