@@ -38,7 +38,8 @@ step() {  # step SECONDS TITLE COMMAND...: one step; a failed or timed-out step 
 nvidia-smi -L 2>/dev/null
 "$PY" -c "import torch, platform; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), platform.processor() or platform.machine())"
 step 90 "CUDA graph tests" "$PY" -m pytest -q -p no:cacheprovider tests/codecs/test_cuda_graphs.py
-cp="$PY bench/control_plane.py --cases normal --modes adaptive --no-pipeline-alone"
+# one run of the fake engine alone per N (three would not fit these steps' limits)
+cp="$PY bench/control_plane.py --cases normal --modes adaptive --no-pipeline-alone --alone-runs 1"
 step 75 "control plane, GPU-like codec" $cp --codec gpu-like --streams 256,384 --label _gpu_host
 step 110 "control plane, SNAC with CUDA graphs" $cp --codec snac --streams 64,256,384 --label _gpu_snac_graphs
 step 70 "control plane, SNAC streamed" $cp --codec snac-streamed --streams 256 --label _gpu_snac_streamed
