@@ -646,6 +646,8 @@ if __name__ == "__main__":
     COUNT_CALLBACKS = args.count_callbacks
     CHUNKS, QUEUED_OUTPUT_STEPS = args.chunks, args.queued_output_steps
     POOLED = args.connections == "pooled"
+    if args.alone_runs < 1:
+        ap.error("--alone-runs must be at least 1")
     if any(args.workers) and (CHUNKS, QUEUED_OUTPUT_STEPS) != (
             1, PipelineOptions.queued_output_steps):
         ap.error("--chunks and --queued-output-steps apply to the server in this process only "
