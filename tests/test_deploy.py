@@ -67,7 +67,7 @@ def test_commands_ports_and_routes_exist():
 
     class _Stub:  # routes only: no engine is built
         class engine:
-            options = type("O", (), {"max_num_seqs": 8})()
+            seq_slots = 8
 
             @staticmethod
             def add_dead_listener(_):

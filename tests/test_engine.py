@@ -136,3 +136,14 @@ async def test_a_finished_request_is_not_aborted_and_errors_map_onto_ours():
     with pytest.raises(EngineDeadError):
         await _take(engine, [], "broken-2")
     assert engine.dead_reason is not None
+
+
+def test_a_front_end_of_a_shared_core_fills_its_share_of_the_sequences():
+    """Admission sizes itself from ``seq_slots``: an engine of its own offers all of
+    ``max_num_seqs``, one of three front ends of a shared core a third (at least one)."""
+    options = EngineOptions(model="fake", max_num_seqs=64)
+    assert VllmEngine(options).seq_slots == 64
+    core = {"input_address": "ipc://in", "output_address": "ipc://out",
+            "client_count": 3, "client_index": 2}
+    assert VllmEngine(options, core=core).seq_slots == 21
+    assert VllmEngine(EngineOptions(model="fake", max_num_seqs=2), core=core).seq_slots == 1

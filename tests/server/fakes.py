@@ -68,6 +68,10 @@ class FakeEngine:
         return frozenset(self.live)
 
     @property
+    def seq_slots(self) -> int:
+        return self.options.max_num_seqs
+
+    @property
     def num_unfinished_requests(self) -> int:
         return len(self.live)
 

@@ -1,5 +1,5 @@
-"""``veena-tts serve --workers 2``: two server processes, each with its own vLLM engine,
-share one port; the kernel spreads connections between them, every stream is served,
+"""``veena-tts serve --workers 2``: two server processes, each with its own vLLM engine (or
+both front ends of one, ``--shared-engine``), share one port; the kernel spreads connections between them, every stream is served,
 ``/metrics`` from either reports both, a worker that dies ends the server (with every other
 worker and the shared metrics folder), SIGTERM stops them all, and a bad count or a port in
 use is one clear line."""
@@ -135,6 +135,58 @@ async def test_two_workers_share_a_port_and_report_together(tiny_model_dir, tmp_
         _reap(proc, workers)
 
 
+def _engine_cores(process: psutil.Process) -> list[psutil.Process]:
+    """vLLM's engine-core processes among ``process``'s children (vLLM titles them)."""
+    found = []
+    for child in process.children():
+        try:
+            if "EngineCore" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(TEST_HANG_GUARD_S)
+async def test_workers_can_share_one_engine_core(tiny_model_dir, tmp_path):
+    """``--shared-engine``: the launcher starts the only engine core, both workers serve
+    their streams through it, and the core ending ends the server (exit 3) and its workers."""
+    port = _free_port()
+    # each worker admits half its share of the core's sequences: with 4 x 16 every stream
+    # runs at once on whichever worker takes it
+    proc = _launch(tiny_model_dir, port, tmp_path / "serve.log", "--workers", "2",
+                   "--shared-engine", VEENA_MAX_NUM_SEQS=str(4 * STREAMS))
+    launcher = psutil.Process(proc.pid)
+    workers: list[psutil.Process] = []
+    try:
+        async def both_listen() -> bool:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            workers[:] = _workers(launcher)
+            return len(workers) == 2 and all(_tcp(w, port, "LISTEN") for w in workers)
+
+        await poll_until(both_listen, "both workers listen", every_s=0.5,
+                         polls=HANG_GUARD_POLLS)
+        (core,) = _engine_cores(launcher)
+        assert not any(_engine_cores(w) for w in workers)  # no engine of their own
+        async with aiohttp.ClientSession() as s:
+            sockets = [await s.ws_connect(f"ws://127.0.0.1:{port}/v1/stream")
+                       for _ in range(STREAMS)]
+            per_worker = {w.pid: _tcp(w, port, "ESTABLISHED") for w in workers}
+            assert sum(per_worker.values()) == STREAMS and all(per_worker.values()), per_worker
+            heard = await asyncio.gather(*(_speak(s, ws) for ws in sockets))
+            assert all(h > 0 for h in heard), heard
+            for ws in sockets:
+                await ws.close()
+        core.kill()
+        assert await _exit_code(proc) == 3
+        gone, alive = psutil.wait_procs(workers, timeout=60)
+        assert not alive, "a worker outlived the server"
+        assert "the shared vLLM engine core ended" in (tmp_path / "serve.log").read_text()
+    finally:
+        _reap(proc, workers)
+
+
 async def test_sigterm_stops_every_worker(tiny_model_dir, tmp_path):
     """Stopped while its first worker is still loading: exit 0, nothing left running."""
     proc = _launch(tiny_model_dir, _free_port(), tmp_path / "serve.log", "--workers", "2")
@@ -162,6 +214,8 @@ async def test_sigterm_stops_every_worker(tiny_model_dir, tmp_path):
     ([], {"VEENA_SERVER_WORKERS": "two"}, "VEENA_SERVER_WORKERS='two' is not a valid int"),
     ([], {"VEENA_SERVER_WORKERS": "2", "VEENA_WORKER_STOP_S": "nan"},
      "VEENA_WORKER_STOP_S must be a finite number"),
+    (["--workers", "2"], {"VEENA_SHARED_ENGINE": "maybe"},
+     "VEENA_SHARED_ENGINE='maybe' is not a boolean"),
 ])
 def test_a_bad_worker_setting_is_one_clear_line(tiny_model_dir, tmp_path, args, env, says):
     proc = _launch(tiny_model_dir, _free_port(), tmp_path / "serve.log", *args, **env)

@@ -235,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--workers", type=int, default=None,
                        help="server processes sharing the port, each with its own engine on "
                             "1/N of the GPU memory share (default VEENA_SERVER_WORKERS, 1)")
+    serve.add_argument("--shared-engine", action=argparse.BooleanOptionalAction, default=None,
+                       help="with several workers: one vLLM engine core with the whole GPU "
+                            "memory share, each worker one of its front ends (default "
+                            "VEENA_SHARED_ENGINE, off)")
 
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
@@ -272,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from .server.app import run_server
         from .server.workers import run_workers
-        from .settings import env_int
+        from .settings import env_bool, env_int
         from .validation import check_int
 
         model = _resolve_model(args.model, args.profile)
@@ -281,10 +285,12 @@ def main(argv: list[str] | None = None) -> int:
                              else env_int("VEENA_PORT", 8700), 0, 65535)
             workers = args.workers if args.workers is not None else env_int(
                 "VEENA_SERVER_WORKERS", 1)
+            shared = (args.shared_engine if args.shared_engine is not None
+                      else env_bool("VEENA_SHARED_ENGINE", False))
             if workers == 1:
                 return run_server(model, profile=args.profile, host=args.host, port=port)
             return run_workers(model, profile=args.profile, host=args.host, port=port,
-                               workers=workers, verbose=args.verbose)
+                               workers=workers, verbose=args.verbose, shared_engine=shared)
         except (ValueError, OSError) as e:  # a bad count, a port in use: one clear line
             logger.error("cannot start the server: %s", e)
             return 2

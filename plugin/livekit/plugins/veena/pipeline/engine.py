@@ -73,6 +73,27 @@ def _model_missing(error: BaseException) -> bool:
     return False
 
 
+def engine_args(opts: EngineOptions):
+    """vLLM's ``AsyncEngineArgs`` for ``opts``: one place, so that a shared engine core and
+    its front ends (``server/shared_engine``) build the same config."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(opts.cpu_kvcache_space_gib))
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return AsyncEngineArgs(
+        model=opts.model,
+        tokenizer=opts.tokenizer or opts.model,
+        dtype=opts.dtype,
+        max_model_len=opts.max_model_len,
+        gpu_memory_utilization=opts.gpu_memory_utilization,
+        enforce_eager=opts.enforce_eager,
+        seed=opts.seed,
+        tensor_parallel_size=opts.tensor_parallel_size,
+        max_num_seqs=opts.max_num_seqs,
+        load_format=opts.load_format,
+        disable_log_stats=True,
+    )
+
+
 class VllmEngine:
     """One vLLM ``AsyncLLM`` per process, shared by every stream.
 
@@ -84,8 +105,13 @@ class VllmEngine:
 
     _ids = itertools.count()
 
-    def __init__(self, options: EngineOptions, *, health_poll_s: float = 0.2) -> None:
+    def __init__(self, options: EngineOptions, *, health_poll_s: float = 0.2,
+                 core: dict | None = None) -> None:
+        """``core``: the addresses of an engine core another process launched, with this
+        front end's ``client_index`` and the ``client_count`` sharing it
+        (``server/shared_engine``); None: this process starts its own engine."""
         self.options = options
+        self._core = core
         self._llm = None
         self._tokenizer = None
         self._start_task: asyncio.Task | None = None
@@ -101,6 +127,13 @@ class VllmEngine:
     @property
     def started(self) -> bool:
         return self._llm is not None
+
+    @property
+    def seq_slots(self) -> int:
+        """The engine's sequences this process may fill: ``max_num_seqs``, or its even share
+        of them where it is one of a shared core's front ends."""
+        count = self._core["client_count"] if self._core is not None else 1
+        return max(1, self.options.max_num_seqs // count)
 
     @property
     def health(self) -> EngineHealth:
@@ -169,25 +202,24 @@ class VllmEngine:
         if opts.model.startswith(("/", "./", "../", "~")) and not os.path.exists(
                 os.path.expanduser(opts.model)):
             raise FileNotFoundError(f"no model folder at {opts.model}")
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(opts.cpu_kvcache_space_gib))
-        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        logger.info("starting vLLM engine", extra={"engine": asdict(opts)})
-        args = AsyncEngineArgs(
-            model=opts.model,
-            tokenizer=opts.tokenizer or opts.model,
-            dtype=opts.dtype,
-            max_model_len=opts.max_model_len,
-            gpu_memory_utilization=opts.gpu_memory_utilization,
-            enforce_eager=opts.enforce_eager,
-            seed=opts.seed,
-            tensor_parallel_size=opts.tensor_parallel_size,
-            max_num_seqs=opts.max_num_seqs,
-            load_format=opts.load_format,
-            disable_log_stats=True,
-        )
-        llm = AsyncLLM.from_engine_args(args)
+        args = engine_args(opts)
+        if self._core is None:
+            logger.info("starting vLLM engine", extra={"engine": asdict(opts)})
+            llm = AsyncLLM.from_engine_args(args)
+        else:  # one front end of a shared engine core: the same config, its own index
+            core = dict(self._core)
+            count, index = core.pop("client_count"), core.pop("client_index")
+            logger.info("attaching to the shared vLLM engine core",
+                        extra={"engine": asdict(opts), "client_index": index,
+                               "client_count": count})
+            args._api_process_count, args._api_process_rank = count, index
+            config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
+            llm = AsyncLLM.from_vllm_config(config, disable_log_stats=True,
+                                            client_addresses=core, client_count=count,
+                                            client_index=index)
         logger.info("vLLM engine ready", extra={"model": opts.model})
         return llm
 

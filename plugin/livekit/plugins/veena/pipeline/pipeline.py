@@ -163,6 +163,13 @@ class PipelineOptions:
         )
 
 
+def engine_options_of(model: str, profile: str | ModelProfile | None = None) -> EngineOptions:
+    """What ``Pipeline.from_model`` starts vLLM with for ``model`` (a shared engine core,
+    ``server/shared_engine``, must be started with the same)."""
+    prof = resolve_profile(model, profile)
+    return EngineOptions.from_env(llm_location(local_checkpoint(model, prof), prof))
+
+
 def _non_negative(name: str, value: float) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
@@ -265,8 +272,10 @@ class Pipeline:
     @classmethod
     def from_model(cls, model: str, *, profile: str | ModelProfile | None = None,
                    codec_model: str | None = None, engine_options: EngineOptions | None = None,
-                   options: PipelineOptions | None = None) -> "Pipeline":
-        """Build from a model path or hub id; a ``veena_tts.json`` beside it names the profile."""
+                   options: PipelineOptions | None = None,
+                   engine_core: dict | None = None) -> "Pipeline":
+        """Build from a model path or hub id; a ``veena_tts.json`` beside it names the profile.
+        ``engine_core``: attach to that shared engine core (``VllmEngine``'s ``core``)."""
         require_local_engine()
         options = options or PipelineOptions.from_env()
         prof = resolve_profile(model, profile)
@@ -286,7 +295,8 @@ class Pipeline:
             codec = family_for(prof).load_codec(codec_model, options.codec_device,
                                                 cuda_graphs=options.codec_cuda_graphs,
                                                 streaming=options.streams_snac())
-        engine = VllmEngine(engine_options or EngineOptions.from_env(llm_location(model, prof)))
+        engine = VllmEngine(engine_options or EngineOptions.from_env(llm_location(model, prof)),
+                            core=engine_core)
         pipeline = cls(engine, codec, prof, options)
         pipeline.codec_model = codec_model
         return pipeline

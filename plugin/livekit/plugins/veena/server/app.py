@@ -104,15 +104,17 @@ def _raise_exit() -> None:
 
 
 def run_server(model: str, *, profile: str | None, host: str, port: int,
-               reuse_port: bool = False, on_ready: Callable[[], None] | None = None) -> int:
+               reuse_port: bool = False, on_ready: Callable[[], None] | None = None,
+               engine_core: dict | None = None) -> int:
     """Serve until stopped; exit code ``ENGINE_DEAD_EXIT_CODE`` when the engine died or the
     server could not start (model or codec not loadable, engine start failed).
 
     One of several workers on a port (``workers.py``) passes ``reuse_port`` and ``on_ready``:
     its socket then opens only once its engine has started, and ``on_ready`` is called then,
-    so that no client ever waits on a worker that is still loading."""
+    so that no client ever waits on a worker that is still loading, and ``engine_core``
+    where the workers share one engine core (``shared_engine.py``)."""
     try:
-        pipeline = Pipeline.from_model(model, profile=profile)
+        pipeline = Pipeline.from_model(model, profile=profile, engine_core=engine_core)
     except Exception as e:  # a model or codec that cannot be loaded is a failed start too
         logger.error("cannot load the model: %s", e, extra={"model": model})
         return ENGINE_DEAD_EXIT_CODE

@@ -27,8 +27,8 @@ class ServerOptions:
     max_connections: int = 1024
     """Open WebSocket connections; one more is answered 503."""
     max_active_streams: int | None = None
-    """Streams synthesizing at once (None: the engine's ``max_num_seqs`` / 2, since a turn
-    keeps up to two engine requests in flight)."""
+    """Streams synthesizing at once (None: half the engine sequences this process may fill,
+    ``VllmEngine.seq_slots``, since a turn keeps up to two engine requests in flight)."""
     max_queued_streams: int | None = None
     """Streams waiting for a slot (None: as many as ``max_active_streams``)."""
     max_queue_wait_s: float = 5.0

@@ -38,7 +38,7 @@ class ServerState:
         self.options = options
         self.metrics = ServerMetrics()
         self.admission = Admission(
-            options.admission(pipeline.engine.options.max_num_seqs),
+            options.admission(pipeline.engine.seq_slots),
             on_change=self.metrics.on_admission, on_wait=self.metrics.stream_queue_wait.observe,
             on_reject=lambda reason: self.metrics.rejected.labels(reason).inc())
         self.contexts: set = set()

@@ -2,20 +2,22 @@
 
 One Python process carries what one core can: at 256 real-time streams our event loop,
 vLLM's front end (which lives in the serving process) and the codec's kernel launches need
-about a whole core (README, "The control plane"). vLLM's own multi-front-end mode belongs
-to its OpenAI server, with no public API for an embedded ``AsyncLLM``, so a GPU's worth of
-streams is served by N independent servers on that GPU, each with its own engine on
-1/N of ``VEENA_GPU_MEMORY_UTILIZATION``, all listening on one port (``SO_REUSEPORT``: the
-kernel spreads new connections between them). One pod, one Service port, one set of probes.
+about a whole core (README, "The control plane"). So a GPU's worth of streams is served by
+N server processes on that GPU, all listening on one port (``SO_REUSEPORT``: the kernel
+spreads new connections between them). One pod, one Service port, one set of probes. Each
+worker has its own engine on 1/N of ``VEENA_GPU_MEMORY_UTILIZATION``, or, with
+``--shared-engine``, is one of N front ends of a single engine core the launcher starts
+(``shared_engine.py``).
 
-- Workers start one after another, each once the previous one is ready, since vLLM sizes
-  its KV cache from the GPU memory it finds free at start; a worker opens the port only
-  once its own engine is up, so no client waits on one that is still loading.
+- Workers with their own engines start one after another, each once the previous one is
+  ready, since vLLM sizes its KV cache from the GPU memory it finds free at start; front ends
+  of a shared core start together while it starts. A worker opens the port only once its
+  engine is up, so no client waits on one that is still loading.
 - ``/metrics`` from any worker reports all of them (``PROMETHEUS_MULTIPROC_DIR``: a fresh
   folder unless one is given, whose stale files are removed at start).
 - Any worker that ends ends the server, with that worker's exit code (3 when its engine
-  died): the supervisor (Kubernetes, systemd) replaces the whole pod, as it would the single
-  process. SIGTERM or SIGINT to the launcher stops every worker gracefully.
+  died; 3 too when the shared engine core ends or fails to start): the supervisor
+  (Kubernetes, systemd) replaces the whole pod, as it would the single process. SIGTERM or SIGINT to the launcher stops every worker gracefully.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from pathlib import Path
 
 from ..settings import env_float
 from ..validation import check_float, check_int
+from .app import ENGINE_DEAD_EXIT_CODE
 from .metrics import MULTIPROC_DIR_ENV, multiprocess_dir
+from .shared_engine import SharedEngineCore
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +51,9 @@ server was meant to run)."""
 
 
 def run_workers(model: str, *, profile: str | None, host: str, port: int, workers: int,
-                verbose: bool = False) -> int:
-    """Serve with ``workers`` processes until stopped; the exit code as ``run_server``'s."""
+                verbose: bool = False, shared_engine: bool = False) -> int:
+    """Serve with ``workers`` processes until stopped; the exit code as ``run_server``'s.
+    ``shared_engine``: the workers are front ends of one engine core (``shared_engine.py``)."""
     check_int("workers", workers, 1, MAX_WORKERS)
     stop_s = check_float("VEENA_WORKER_STOP_S", env_float("VEENA_WORKER_STOP_S", WORKER_STOP_S),
                          0.0, lo_open=True)
@@ -59,6 +64,7 @@ def run_workers(model: str, *, profile: str | None, host: str, port: int, worker
     metrics, owned = _metrics_folder()
     stopping = threading.Event()
     workers_started: list[mp.process.BaseProcess] = []
+    core: list[SharedEngineCore] = []
 
     def on_signal(signum: int, _frame) -> None:
         logger.info("stopping the workers", extra={"signal": signal.Signals(signum).name})
@@ -66,12 +72,17 @@ def run_workers(model: str, *, profile: str | None, host: str, port: int, worker
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
+        if shared_engine:
+            return _supervise_shared(model, profile, host, port, workers, verbose, stopping,
+                                     workers_started, core)
         return _supervise(model, profile, host, port, workers, verbose, stopping,
                           workers_started)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         _stop_all(workers_started, stop_s)
+        for c in core:  # after its front ends, as vllm serve stops them
+            c.shutdown()
         guard.close()
         if owned:
             shutil.rmtree(metrics, ignore_errors=True)
@@ -80,28 +91,90 @@ def run_workers(model: str, *, profile: str | None, host: str, port: int, worker
 def _supervise(model: str, profile: str | None, host: str, port: int, count: int,
                verbose: bool, stopping: threading.Event,
                started: list[mp.process.BaseProcess]) -> int:
-    ctx = mp.get_context("spawn")  # CUDA and vLLM cannot live in a forked child
     for index in range(count):
-        ready = ctx.Event()
-        worker = ctx.Process(target=_worker_main, name=f"veena-worker-{index}",
-                             args=(index, count, model, profile, host, port, ready,
-                                   os.getpid(), verbose))
-        worker.start()
-        started.append(worker)
-        logger.info("worker %d starting on port %d", index, port,
-                    extra={"worker": index, "pid": worker.pid, "port": port})
-        while not ready.wait(0.2):
-            if stopping.is_set():
-                return 0
-            if (ended := _first_ended(started, 0)) is not None:
-                return _ended(ended)
+        worker, ready = _start_worker(index, count, model, profile, host, port, verbose,
+                                      started)
+        if (code := _until_ready([ready], started, [], stopping)) is not None:
+            return code
         logger.info("worker %d ready", index, extra={"worker": index, "pid": worker.pid})
+    return _serve(count, host, port, started, [], stopping)
+
+
+def _supervise_shared(model: str, profile: str | None, host: str, port: int, count: int,
+                      verbose: bool, stopping: threading.Event,
+                      started: list[mp.process.BaseProcess],
+                      core: list[SharedEngineCore]) -> int:
+    """The core first, every worker attaching while it starts (no worker sizes a KV cache,
+    so they need not wait for each other); any of them ending ends the server."""
+    readies = []
+
+    def start(index: int, engine_core: dict) -> mp.process.BaseProcess:
+        worker, ready = _start_worker(index, count, model, profile, host, port, verbose,
+                                      started, engine_core)
+        readies.append(ready)
+        return worker
+
+    try:
+        core.append(SharedEngineCore.launch(model, profile, count, start))
+    except Exception as e:  # vLLM's own start error, or a worker that ended meanwhile
+        logger.error("the shared vLLM engine core did not start: %s", e)
+        return ENGINE_DEAD_EXIT_CODE
+    engines = core[0].processes
+    if (code := _until_ready(readies, started, engines, stopping)) is not None:
+        return code
+    return _serve(count, host, port, started, engines, stopping)
+
+
+def _start_worker(index: int, count: int, model: str, profile: str | None, host: str,
+                  port: int, verbose: bool, started: list[mp.process.BaseProcess],
+                  engine_core: dict | None = None):
+    ctx = mp.get_context("spawn")  # CUDA and vLLM cannot live in a forked child
+    ready = ctx.Event()
+    worker = ctx.Process(target=_worker_main, name=f"veena-worker-{index}",
+                         args=(index, count, model, profile, host, port, ready,
+                               os.getpid(), verbose, engine_core))
+    worker.start()
+    started.append(worker)
+    logger.info("worker %d starting on port %d", index, port,
+                extra={"worker": index, "pid": worker.pid, "port": port})
+    return worker, ready
+
+
+def _until_ready(readies: list, workers: list[mp.process.BaseProcess],
+                 engines: list[mp.process.BaseProcess], stopping: threading.Event) -> int | None:
+    """Wait until every worker in ``readies`` serves; an exit code if the server ends first
+    (stopped: 0)."""
+    while not all(ready.wait(0.2 / len(readies)) for ready in readies):
+        if stopping.is_set():
+            return 0
+        if (code := _any_ended(workers, engines, 0)) is not None:
+            return code
+    return None
+
+
+def _serve(count: int, host: str, port: int, workers: list[mp.process.BaseProcess],
+           engines: list[mp.process.BaseProcess], stopping: threading.Event) -> int:
     logger.info("serving with %d workers on %s:%d", count, host, port,
-                extra={"host": host, "port": port})
+                extra={"host": host, "port": port, "shared_engine": bool(engines)})
     while not stopping.is_set():
-        if (ended := _first_ended(started, 0.5)) is not None:
-            return _ended(ended)
+        if (code := _any_ended(workers, engines, 0.5)) is not None:
+            return code
     return 0
+
+
+def _any_ended(workers: list[mp.process.BaseProcess], engines: list[mp.process.BaseProcess],
+               timeout: float) -> int | None:
+    """The exit code the server ends with if a worker or the shared engine core has ended
+    (waiting up to ``timeout``), else None."""
+    if (ended := _first_ended([*workers, *engines], timeout)) is None:
+        return None
+    if ended in engines:
+        ended.join()
+        logger.error("the shared vLLM engine core ended: stopping the server so its "
+                     "supervisor can replace it", extra={"pid": ended.pid,
+                                                         "exitcode": ended.exitcode})
+        return ENGINE_DEAD_EXIT_CODE
+    return _ended(ended)
 
 
 def _first_ended(workers: list[mp.process.BaseProcess],
@@ -165,18 +238,20 @@ def _metrics_folder() -> tuple[Path, bool]:
 
 
 def _worker_main(index: int, count: int, model: str, profile: str | None, host: str,
-                 port: int, ready, launcher_pid: int, verbose: bool) -> None:
+                 port: int, ready, launcher_pid: int, verbose: bool,
+                 engine_core: dict | None = None) -> None:
     from ..log import configure_logging
     from ..pipeline.engine_options import EngineOptions
     from .app import run_server
 
     os.setpgrp()  # a terminal's Ctrl-C reaches the launcher, which stops each worker once
     configure_logging(verbose, process=f"worker {index}")
-    share = EngineOptions.from_env().gpu_memory_utilization / count
-    os.environ["VEENA_GPU_MEMORY_UTILIZATION"] = repr(share)
+    if engine_core is None:  # its own engine, on its share of the GPU
+        share = EngineOptions.from_env().gpu_memory_utilization / count
+        os.environ["VEENA_GPU_MEMORY_UTILIZATION"] = repr(share)
     _watch_launcher(launcher_pid)
     raise SystemExit(run_server(model, profile=profile, host=host, port=port,
-                                reuse_port=True, on_ready=ready.set))
+                                reuse_port=True, on_ready=ready.set, engine_core=engine_core))
 
 
 def _watch_launcher(launcher_pid: int) -> None:
