@@ -178,3 +178,18 @@ def test_control_plane_bench_with_the_real_snac_decoder(codec, label):
     assert row["codec"] == label and row["done"] == 2
     assert row["audio_s_per_stream"] == pytest.approx(12 * 2048 / 24000)
     assert "graph_replays" not in row  # graphs are off on CPU
+
+
+def test_engine_sharing_bench():
+    """Two serving processes on the tiny model, with their own engines and as front ends
+    of one core: every request of both modes gets all its tokens (no claim on speed)."""
+    _run(sys.executable, "bench/engine_sharing.py", "--requests", "2", "--tokens", "16",
+         timeout=900)
+    rows = _rows("engine_sharing")
+    assert [(r["engines"], r["processes"], r["requests"]) for r in rows] == [
+        ("separate", 2, 4), ("shared", 2, 4)]
+    for r in rows:
+        assert r["tokens_per_request_min"] == 16
+        assert r["tokens_per_s"] > 0 and r["rate_x_realtime_p5"] > 0
+        assert 0 < r["first_token_p50_ms"] <= r["first_token_p95_ms"]
+        assert r["frontend_cpu_us_per_token"] > 0

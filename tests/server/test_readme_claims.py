@@ -357,7 +357,7 @@ def test_serve_exits_3_when_the_engine_fails_to_start(monkeypatch):
     monkeypatch.setenv("VEENA_ENGINE_DEAD_EXIT_S", "0")
     made = []
 
-    def from_model(model, profile=None):
+    def from_model(model, profile=None, engine_core=None):
         made.append(Pipeline(_SlowStartEngine(fail=True), SilentCodec(), VEENA,
                              PipelineOptions()))
         return made[0]

@@ -47,13 +47,15 @@ class SharedEngineCore:
         config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
         logger.info("starting the shared vLLM engine core",
                     extra={"model": options.model, "front_ends": count})
-        listeners = bind_engine_zmq_listeners(config, count)
+        # only ``core`` holds the listeners: an import error vLLM caught and kept while this
+        # ran keeps this frame alive, and vLLM's finalizer of the listeners fails at exit
+        core = cls(None, bind_engine_zmq_listeners(config, count))
         try:
             with launch_core_engines(config, Executor.get_class(config), False,
-                                     listeners.addresses) as launch:
+                                     core._listeners.addresses) as launch:
                 workers = []
-                for index, (inputs, outputs) in enumerate(zip(listeners.inputs,
-                                                              listeners.outputs)):
+                for index, (inputs, outputs) in enumerate(zip(core._listeners.inputs,
+                                                              core._listeners.outputs)):
                     workers.append(start_worker(index, {
                         "input_address": inputs.address, "output_address": outputs.address,
                         "input_listener": inputs.socket, "output_listener": outputs.socket,
@@ -63,10 +65,11 @@ class SharedEngineCore:
                 # a worker that ends while the core starts aborts the start
                 launch.watched_frontend_processes = workers
         except BaseException:
-            _cleanup(listeners)
+            core.shutdown()
             raise
         logger.info("the shared vLLM engine core is up", extra={"front_ends": count})
-        return cls(launch.engine_manager, listeners)
+        core._manager = launch.engine_manager
+        return core
 
     @property
     def processes(self) -> list[BaseProcess]:
