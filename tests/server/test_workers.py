@@ -187,23 +187,32 @@ async def test_workers_can_share_one_engine_core(tiny_model_dir, tmp_path):
         _reap(proc, workers)
 
 
-async def test_sigterm_stops_every_worker(tiny_model_dir, tmp_path):
-    """Stopped while its first worker is still loading: exit 0, nothing left running."""
-    proc = _launch(tiny_model_dir, _free_port(), tmp_path / "serve.log", "--workers", "2")
+@pytest.mark.parametrize("shared", [[], ["--shared-engine"]], ids=["own", "shared"])
+async def test_sigterm_stops_every_worker(tiny_model_dir, tmp_path, shared):
+    """Stopped while its first worker is still loading (or, shared, while the core starts):
+    exit 0, nothing left running."""
+    proc = _launch(tiny_model_dir, _free_port(), tmp_path / "serve.log", "--workers", "2",
+                   *shared)
     launcher = psutil.Process(proc.pid)
     workers: list[psutil.Process] = []
     try:
-        async def started() -> bool:
+        cores: list[psutil.Process] = []
+
+        async def started() -> bool:  # the core titles itself once it runs
             assert proc.poll() is None
-            workers[:] = _workers(launcher)
-            return bool(workers)
+            workers[:], cores[:] = _workers(launcher), _engine_cores(launcher)
+            return bool(workers) and len(cores) == len(shared)
 
         await poll_until(started, "a worker starts", every_s=0.1, polls=3000)
         proc.send_signal(signal.SIGTERM)
         assert await _exit_code(proc) == 0
-        gone, alive = psutil.wait_procs(workers, timeout=60)
+        gone, alive = psutil.wait_procs([*workers, *cores], timeout=60)
         assert not alive
-        assert "stopping the workers" in (tmp_path / "serve.log").read_text()
+        log = (tmp_path / "serve.log").read_text()
+        assert "stopping the workers" in log
+        # stopped within 0.1 s of the core titling itself, seconds of imports and loading
+        # before it could be up: the launcher left vLLM's wait for it, not waited it out
+        assert "the shared vLLM engine core is up" not in log
     finally:
         _reap(proc, workers)
 

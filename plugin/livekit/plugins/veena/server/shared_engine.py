@@ -53,6 +53,7 @@ class SharedEngineCore:
         try:
             with launch_core_engines(config, Executor.get_class(config), False,
                                      core._listeners.addresses) as launch:
+                core._manager = launch.engine_manager  # a start that fails is shut down too
                 workers = []
                 for index, (inputs, outputs) in enumerate(zip(core._listeners.inputs,
                                                               core._listeners.outputs)):
@@ -68,7 +69,6 @@ class SharedEngineCore:
             core.shutdown()
             raise
         logger.info("the shared vLLM engine core is up", extra={"front_ends": count})
-        core._manager = launch.engine_manager
         return core
 
     @property

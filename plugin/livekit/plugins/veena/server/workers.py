@@ -17,7 +17,8 @@ worker has its own engine on 1/N of ``VEENA_GPU_MEMORY_UTILIZATION``, or, with
   folder unless one is given, whose stale files are removed at start).
 - Any worker that ends ends the server, with that worker's exit code (3 when its engine
   died; 3 too when the shared engine core ends or fails to start): the supervisor
-  (Kubernetes, systemd) replaces the whole pod, as it would the single process. SIGTERM or SIGINT to the launcher stops every worker gracefully.
+  (Kubernetes, systemd) replaces the whole pod, as it would the single process. SIGTERM or
+  SIGINT to the launcher stops every serving worker gracefully and kills any still starting.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from multiprocessing.connection import wait
 from pathlib import Path
 
@@ -43,8 +45,8 @@ logger = logging.getLogger(__name__)
 
 MAX_WORKERS = 32
 WORKER_STOP_S = 30.0
-"""How long a stopping worker may take (its streams end, its engine shuts down) before it is
-killed (``VEENA_WORKER_STOP_S``)."""
+"""How long the serving workers may take to stop (their streams end, their engines shut
+down), all together, before one is killed (``VEENA_WORKER_STOP_S``)."""
 _FAILED_EXIT_CODE = 1
 """A worker that ended without a code of its own (killed by a signal, or exited 0 while the
 server was meant to run)."""
@@ -63,24 +65,34 @@ def run_workers(model: str, *, profile: str | None, host: str, port: int, worker
     port = guard.getsockname()[1]
     metrics, owned = _metrics_folder()
     stopping = threading.Event()
+    launching = threading.Event()
     workers_started: list[mp.process.BaseProcess] = []
+    readiness: dict[int, object] = {}
+    """Worker pid -> the event it sets once it serves."""
     core: list[SharedEngineCore] = []
 
     def on_signal(signum: int, _frame) -> None:
         logger.info("stopping the workers", extra={"signal": signal.Signals(signum).name})
         stopping.set()
+        if launching.is_set():  # vLLM waits for the core's start: leave that wait now
+            launching.clear()
+            raise _Stopped
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         if shared_engine:
-            return _supervise_shared(model, profile, host, port, workers, verbose, stopping,
-                                     workers_started, core)
+            try:
+                return _supervise_shared(model, profile, host, port, workers, verbose,
+                                         stopping, launching, workers_started, readiness,
+                                         core)
+            except _Stopped:  # while the core started: what it started is stopped below
+                return 0
         return _supervise(model, profile, host, port, workers, verbose, stopping,
-                          workers_started)
+                          workers_started, readiness)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        _stop_all(workers_started, stop_s)
+        _stop_all(workers_started, readiness, stop_s)
         for c in core:  # after its front ends, as vllm serve stops them
             c.shutdown()
         guard.close()
@@ -90,35 +102,44 @@ def run_workers(model: str, *, profile: str | None, host: str, port: int, worker
 
 def _supervise(model: str, profile: str | None, host: str, port: int, count: int,
                verbose: bool, stopping: threading.Event,
-               started: list[mp.process.BaseProcess]) -> int:
+               started: list[mp.process.BaseProcess], readiness: dict) -> int:
     for index in range(count):
         worker, ready = _start_worker(index, count, model, profile, host, port, verbose,
-                                      started)
+                                      started, readiness)
         if (code := _until_ready([ready], started, [], stopping)) is not None:
             return code
         logger.info("worker %d ready", index, extra={"worker": index, "pid": worker.pid})
     return _serve(count, host, port, started, [], stopping)
 
 
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT while the shared core starts (raised from the signal handler; not
+    an ``Exception``, so no start-failure handler takes it for one)."""
+
+
 def _supervise_shared(model: str, profile: str | None, host: str, port: int, count: int,
-                      verbose: bool, stopping: threading.Event,
-                      started: list[mp.process.BaseProcess],
+                      verbose: bool, stopping: threading.Event, launching: threading.Event,
+                      started: list[mp.process.BaseProcess], readiness: dict,
                       core: list[SharedEngineCore]) -> int:
     """The core first, every worker attaching while it starts (no worker sizes a KV cache,
-    so they need not wait for each other); any of them ending ends the server."""
+    so they need not wait for each other); any of them ending ends the server. Stopped
+    while the core starts, the start is abandoned (its processes stopped) at once."""
     readies = []
 
     def start(index: int, engine_core: dict) -> mp.process.BaseProcess:
         worker, ready = _start_worker(index, count, model, profile, host, port, verbose,
-                                      started, engine_core)
+                                      started, readiness, engine_core)
         readies.append(ready)
         return worker
 
+    launching.set()
     try:
         core.append(SharedEngineCore.launch(model, profile, count, start))
     except Exception as e:  # vLLM's own start error, or a worker that ended meanwhile
         logger.error("the shared vLLM engine core did not start: %s", e)
         return ENGINE_DEAD_EXIT_CODE
+    finally:
+        launching.clear()
     engines = core[0].processes
     if (code := _until_ready(readies, started, engines, stopping)) is not None:
         return code
@@ -127,7 +148,7 @@ def _supervise_shared(model: str, profile: str | None, host: str, port: int, cou
 
 def _start_worker(index: int, count: int, model: str, profile: str | None, host: str,
                   port: int, verbose: bool, started: list[mp.process.BaseProcess],
-                  engine_core: dict | None = None):
+                  readiness: dict, engine_core: dict | None = None):
     ctx = mp.get_context("spawn")  # CUDA and vLLM cannot live in a forked child
     ready = ctx.Event()
     worker = ctx.Process(target=_worker_main, name=f"veena-worker-{index}",
@@ -135,6 +156,7 @@ def _start_worker(index: int, count: int, model: str, profile: str | None, host:
                                os.getpid(), verbose, engine_core))
     worker.start()
     started.append(worker)
+    readiness[worker.pid] = ready
     logger.info("worker %d starting on port %d", index, port,
                 extra={"worker": index, "pid": worker.pid, "port": port})
     return worker, ready
@@ -194,17 +216,34 @@ def _ended(worker: mp.process.BaseProcess) -> int:
     return code
 
 
-def _stop_all(workers: list[mp.process.BaseProcess], stop_s: float) -> None:
+def _stop_all(workers: list[mp.process.BaseProcess], readiness: dict, stop_s: float) -> None:
+    """A serving worker stops gracefully (its streams end), all of them within ``stop_s``;
+    one still starting has nothing to drain and may wait on a start that never ends (a
+    front end of a core stopping too), so it is killed at once, with its process group (its
+    own engine's processes)."""
+    deadline = time.monotonic() + stop_s
     for w in workers:
         if w.is_alive():
-            os.kill(w.pid, signal.SIGTERM)
+            ready = readiness.get(w.pid)
+            if ready is not None and ready.is_set():
+                os.kill(w.pid, signal.SIGTERM)
+            else:
+                _kill_group(w)
     for w in workers:
-        w.join(stop_s)
+        w.join(max(0.0, deadline - time.monotonic()))
         if w.is_alive():
             logger.warning("a worker did not stop in time: killed",
                            extra={"worker": w.name, "pid": w.pid})
-            w.kill()
+            _kill_group(w)
             w.join()
+
+
+def _kill_group(worker: mp.process.BaseProcess) -> None:
+    """The worker and its process group (it leads one from its first line on)."""
+    try:
+        os.killpg(worker.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # killed before it made its group
+        worker.kill()
 
 
 def _reserve_port(host: str, port: int) -> socket.socket:
