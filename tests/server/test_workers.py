@@ -39,16 +39,22 @@ def _tcp(worker: psutil.Process, port: int, status: str) -> int:
         return 0
 
 
-def _workers(launcher: psutil.Process) -> list[psutil.Process]:
-    """The launcher's worker processes (not multiprocessing's resource tracker)."""
+def _children(process: psutil.Process, marker: str) -> list[psutil.Process]:
+    """``process``'s children whose command line holds ``marker``."""
     found = []
-    for child in launcher.children():
+    for child in process.children():
         try:
-            if "spawn_main" in " ".join(child.cmdline()):
+            if marker in " ".join(child.cmdline()):
                 found.append(child)
         except psutil.NoSuchProcess:
             pass
     return found
+
+
+def _workers(launcher: psutil.Process) -> list[psutil.Process]:
+    """The launcher's worker processes (not multiprocessing's resource tracker, nor a
+    shared engine core once it has titled itself)."""
+    return _children(launcher, "spawn_main")
 
 
 def _reap(proc: subprocess.Popen, workers: list[psutil.Process]) -> None:
@@ -88,6 +94,19 @@ async def _speak(session: aiohttp.ClientSession, ws: aiohttp.ClientWebSocketResp
     raise AssertionError("the socket closed before the context ended")
 
 
+async def _speak_on_both(s: aiohttp.ClientSession, port: int,
+                         workers: list[psutil.Process]) -> None:
+    """``STREAMS`` sockets, spread by the kernel over both workers (all on one: a 1 in 2**15
+    chance), every stream heard to its end."""
+    sockets = [await s.ws_connect(f"ws://127.0.0.1:{port}/v1/stream") for _ in range(STREAMS)]
+    per_worker = {w.pid: _tcp(w, port, "ESTABLISHED") for w in workers}
+    assert sum(per_worker.values()) == STREAMS and all(per_worker.values()), per_worker
+    heard = await asyncio.gather(*(_speak(s, ws) for ws in sockets))
+    assert all(h > 0 for h in heard), heard
+    for ws in sockets:
+        await ws.close()
+
+
 @pytest.mark.engine
 @pytest.mark.timeout(TEST_HANG_GUARD_S)
 async def test_two_workers_share_a_port_and_report_together(tiny_model_dir, tmp_path):
@@ -109,15 +128,7 @@ async def test_two_workers_share_a_port_and_report_together(tiny_model_dir, tmp_
         assert metrics_dir.is_dir()
         url = f"http://127.0.0.1:{port}"
         async with aiohttp.ClientSession() as s:
-            sockets = [await s.ws_connect(url.replace("http", "ws") + "/v1/stream")
-                       for _ in range(STREAMS)]
-            per_worker = {w.pid: _tcp(w, port, "ESTABLISHED") for w in workers}
-            # the kernel spread them (all 16 on one worker: a 1 in 2**15 chance)
-            assert sum(per_worker.values()) == STREAMS and all(per_worker.values()), per_worker
-            heard = await asyncio.gather(*(_speak(s, ws) for ws in sockets))
-            assert all(h > 0 for h in heard), heard
-            for ws in sockets:
-                await ws.close()
+            await _speak_on_both(s, port, workers)
             for _ in range(8):  # each scrape lands on either worker and reports both
                 async with s.get(url + "/metrics") as r:
                     text = await r.text()
@@ -137,14 +148,7 @@ async def test_two_workers_share_a_port_and_report_together(tiny_model_dir, tmp_
 
 def _engine_cores(process: psutil.Process) -> list[psutil.Process]:
     """vLLM's engine-core processes among ``process``'s children (vLLM titles them)."""
-    found = []
-    for child in process.children():
-        try:
-            if "EngineCore" in " ".join(child.cmdline()):
-                found.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return found
+    return _children(process, "EngineCore")
 
 
 @pytest.mark.engine
@@ -170,14 +174,7 @@ async def test_workers_can_share_one_engine_core(tiny_model_dir, tmp_path):
         (core,) = _engine_cores(launcher)
         assert not any(_engine_cores(w) for w in workers)  # no engine of their own
         async with aiohttp.ClientSession() as s:
-            sockets = [await s.ws_connect(f"ws://127.0.0.1:{port}/v1/stream")
-                       for _ in range(STREAMS)]
-            per_worker = {w.pid: _tcp(w, port, "ESTABLISHED") for w in workers}
-            assert sum(per_worker.values()) == STREAMS and all(per_worker.values()), per_worker
-            heard = await asyncio.gather(*(_speak(s, ws) for ws in sockets))
-            assert all(h > 0 for h in heard), heard
-            for ws in sockets:
-                await ws.close()
+            await _speak_on_both(s, port, workers)
         core.kill()
         assert await _exit_code(proc) == 3
         gone, alive = psutil.wait_procs(workers, timeout=60)
