@@ -82,9 +82,4 @@ class SharedEngineCore:
         if manager is not None:
             manager.shutdown()
         if listeners is not None:
-            _cleanup(listeners)
-
-
-def _cleanup(listeners) -> None:
-    for listener in (*listeners.inputs, *listeners.outputs):
-        listener.cleanup()
+            listeners.cleanup()

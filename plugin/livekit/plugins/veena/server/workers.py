@@ -124,12 +124,9 @@ def _supervise_shared(model: str, profile: str | None, host: str, port: int, cou
     """The core first, every worker attaching while it starts (no worker sizes a KV cache,
     so they need not wait for each other); any of them ending ends the server. Stopped
     while the core starts, the start is abandoned (its processes stopped) at once."""
-    readies = []
-
     def start(index: int, engine_core: dict) -> mp.process.BaseProcess:
-        worker, ready = _start_worker(index, count, model, profile, host, port, verbose,
-                                      started, readiness, engine_core)
-        readies.append(ready)
+        worker, _ = _start_worker(index, count, model, profile, host, port, verbose, started,
+                                  readiness, engine_core)
         return worker
 
     launching.set()
@@ -141,7 +138,8 @@ def _supervise_shared(model: str, profile: str | None, host: str, port: int, cou
     finally:
         launching.clear()
     engines = core[0].processes
-    if (code := _until_ready(readies, started, engines, stopping)) is not None:
+    if (code := _until_ready(list(readiness.values()), started, engines,
+                             stopping)) is not None:
         return code
     return _serve(count, host, port, started, engines, stopping)
 
