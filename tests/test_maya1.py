@@ -270,6 +270,7 @@ def test_say_with_the_maya1_profile_writes_a_wav(tiny_maya1_dir, tmp_path):
     # <happy> is no Maya1 tag: removed before the prompt, and said so; <laugh> is kept
     removed = [line for line in done.stderr.splitlines() if "removed tags" in line]
     assert len(removed) == 1, done.stderr[-3000:]
+    assert "nanobind" not in done.stderr, done.stderr[-3000:]  # nothing reported leaked at exit
     with wave.open(str(out)) as w:
         assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 24000)
         frames = w.getnframes()

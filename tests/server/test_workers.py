@@ -142,6 +142,7 @@ async def test_two_workers_share_a_port_and_report_together(tiny_model_dir, tmp_
         assert not metrics_dir.exists()
         log = (tmp_path / "serve.log").read_text()
         assert "a worker ended: stopping the server" in log
+        assert "nanobind" not in log  # the stopped worker's exit reported nothing leaked
     finally:
         _reap(proc, workers)
 
