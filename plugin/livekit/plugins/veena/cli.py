@@ -1,4 +1,4 @@
-"""``veena-tts``: speak a text to a WAV file, build a tiny test model, or run the server."""
+"""veena-tts: speak a text to a WAV file, build a tiny test model, or run the server."""
 
 from __future__ import annotations
 
