@@ -57,6 +57,18 @@ def _workers(launcher: psutil.Process) -> list[psutil.Process]:
     return _children(launcher, "spawn_main")
 
 
+async def _both_listen(proc: subprocess.Popen, launcher: psutil.Process,
+                       workers: list[psutil.Process], port: int, log: Path) -> None:
+    """Until both workers listen on ``port`` (``workers`` is filled as they appear, for the
+    test's clean-up)."""
+    async def both_listen() -> bool:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        workers[:] = _workers(launcher)
+        return len(workers) == 2 and all(_tcp(w, port, "LISTEN") for w in workers)
+
+    await poll_until(both_listen, "both workers listen", every_s=0.5, polls=HANG_GUARD_POLLS)
+
+
 def _reap(proc: subprocess.Popen, workers: list[psutil.Process]) -> None:
     """Whatever a failed test left running: the launcher and each worker's process group
     (its engine's processes)."""
@@ -117,13 +129,7 @@ async def test_two_workers_share_a_port_and_report_together(tiny_model_dir, tmp_
     launcher = psutil.Process(proc.pid)
     workers: list[psutil.Process] = []
     try:
-        async def both_listen() -> bool:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            workers[:] = _workers(launcher)
-            return len(workers) == 2 and all(_tcp(w, port, "LISTEN") for w in workers)
-
-        await poll_until(both_listen, "both workers listen", every_s=0.5,
-                         polls=HANG_GUARD_POLLS)
+        await _both_listen(proc, launcher, workers, port, tmp_path / "serve.log")
         metrics_dir = Path(workers[0].environ()["PROMETHEUS_MULTIPROC_DIR"])
         assert metrics_dir.is_dir()
         url = f"http://127.0.0.1:{port}"
@@ -165,13 +171,7 @@ async def test_workers_can_share_one_engine_core(tiny_model_dir, tmp_path):
     launcher = psutil.Process(proc.pid)
     workers: list[psutil.Process] = []
     try:
-        async def both_listen() -> bool:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            workers[:] = _workers(launcher)
-            return len(workers) == 2 and all(_tcp(w, port, "LISTEN") for w in workers)
-
-        await poll_until(both_listen, "both workers listen", every_s=0.5,
-                         polls=HANG_GUARD_POLLS)
+        await _both_listen(proc, launcher, workers, port, tmp_path / "serve.log")
         (core,) = _engine_cores(launcher)
         assert not any(_engine_cores(w) for w in workers)  # no engine of their own
         async with aiohttp.ClientSession() as s:
