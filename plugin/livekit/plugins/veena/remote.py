@@ -2,6 +2,9 @@
 
 Text is chunked and spoken server-side (the same ``Turn`` as in-process). Each stream is one
 context on a pooled socket; messages for other contexts (a cancelled earlier one) are ignored.
+A pooled socket can end while it waits for the next turn (the server restarted, a proxy's
+idle timeout): a context that finds its socket ended before the server answered it is sent
+again, whole, on a new one, so the turn neither fails nor loses text.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
+import weakref
 from typing import Any, AsyncIterable, Callable
 
 import aiohttp
@@ -66,6 +71,52 @@ def server_error(code: str, message: str, body: object, audio_pushed: bool) -> A
                           retryable=spec.retryable and not audio_pushed)
 
 
+class _ConnectionLost(Exception):
+    """The socket ended under a context."""
+
+    def __init__(self, detail: str, pushed: bool) -> None:
+        super().__init__(detail)
+        self.pushed = pushed
+
+
+class _ContextTexts:
+    """A context's texts, kept until the server first answers the context, so that it can be
+    sent again on a new socket. The source is read through one pending read that outlives a
+    cancelled sender: the sender of a socket that ended loses no text."""
+
+    def __init__(self, texts: AsyncIterable[Any]) -> None:
+        self._source = aiter(texts)
+        self._kept: list[Any] = []
+        self._pos = 0
+        self._next: asyncio.Future | None = None
+        self.answered = False
+
+    def rewind(self) -> None:
+        self._pos = 0
+
+    def __aiter__(self) -> "_ContextTexts":
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._pos < len(self._kept):
+            self._pos += 1
+            return self._kept[self._pos - 1]
+        if self._next is None:
+            self._next = asyncio.ensure_future(anext(self._source))
+        next_ = self._next
+        item = await asyncio.shield(next_)  # raises StopAsyncIteration at the end
+        self._next = None
+        if not self.answered:
+            self._kept.append(item)
+            self._pos += 1
+        return item
+
+    def close(self) -> None:
+        if self._next is not None:
+            self._next.cancel()
+            self._next = None
+
+
 class RemoteClient:
     def __init__(self, base_url: str, api_key: str | None = None,
                  max_session_duration: float = 3600.0) -> None:
@@ -83,6 +134,8 @@ class RemoteClient:
             connect_cb=self._connect, close_cb=self._close,
             max_session_duration=max_session_duration, mark_refreshed_on_get=True,
         )
+        self._opened_at: weakref.WeakKeyDictionary[aiohttp.ClientWebSocketResponse, float] = \
+            weakref.WeakKeyDictionary()
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -119,8 +172,10 @@ class RemoteClient:
 
     async def _connect(self, timeout: float) -> aiohttp.ClientWebSocketResponse:
         try:
-            return await asyncio.wait_for(
+            ws = await asyncio.wait_for(
                 self._http().ws_connect(self.url, headers=self._headers, heartbeat=30), timeout)
+            self._opened_at[ws] = time.monotonic()
+            return ws
         except asyncio.TimeoutError:  # before OSError: TimeoutError is an OSError
             raise APITimeoutError(f"no WebSocket handshake from {self.url} in {timeout} s") from None
         except aiohttp.WSServerHandshakeError as e:
@@ -152,57 +207,100 @@ class RemoteClient:
                     on_words: Callable[[tuple[tuple[str, float, float], ...]], None]
                     = lambda words: None) -> None:
         """Send ``texts`` (strings or FLUSH) as one context and push its int16 PCM bytes
-        until it is done; ``on_voice`` hears the speaker globals the server captured."""
+        until it is done; ``on_voice`` hears the speaker globals the server captured. A
+        socket that had waited in the pool and ended before the server answered is replaced
+        once, and the context sent again on the new one; any other end of the socket is an
+        ``APIConnectionError`` (retryable unless audio was pushed)."""
         cid = utils.shortuuid()
-        async with self.pool.connection(timeout=timeout) as ws:
-            sender = asyncio.create_task(self._send(ws, cid, texts, first_message, on_started))
-            pushed = False
-            try:
-                while True:
-                    try:
-                        msg = await ws.receive(timeout=timeout)
-                    except asyncio.TimeoutError:  # a waiting context hears "waiting" every second
-                        raise APITimeoutError(f"no message from the veena server in {timeout} s",
-                                              retryable=not pushed) from None
-                    if msg.type == aiohttp.WSMsgType.BINARY:
-                        ctx, pcm = decode_audio(msg.data)
-                        if ctx == cid and pcm:
+        asked = time.monotonic()
+        kept = _ContextTexts(texts)
+        started = False
+
+        def on_first_text() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                on_started()
+
+        try:
+            for replaced in (False, True):
+                idled = False
+                try:
+                    async with self.pool.connection(timeout=timeout) as ws:
+                        idled = self._opened_at.get(ws, asked) < asked
+                        await self._context(ws, cid, kept, first_message, push, timeout,
+                                            on_first_text, on_voice, on_words)
+                        return
+                except _ConnectionLost as lost:
+                    if replaced or not idled or kept.answered:
+                        raise APIConnectionError(
+                            f"the veena server closed the connection ({lost})",
+                            retryable=not lost.pushed) from None
+                    logger.info("a pooled connection to the veena server had ended: sending "
+                                "the context again on a new one", extra={"context_id": cid})
+                    kept.rewind()
+        finally:
+            kept.close()
+
+    async def _context(self, ws: aiohttp.ClientWebSocketResponse, cid: str,
+                       texts: _ContextTexts, first_message: dict[str, Any],
+                       push: Callable[[bytes], None], timeout: float,
+                       on_started: Callable[[], None],
+                       on_voice: Callable[[tuple[int, ...]], None],
+                       on_words: Callable[[tuple[tuple[str, float, float], ...]], None]) -> None:
+        """One context on ``ws``, to its end; ``_ConnectionLost`` where the socket ends."""
+        sender = asyncio.create_task(self._send(ws, cid, texts, first_message, on_started))
+        pushed = False
+        try:
+            while True:
+                try:
+                    msg = await ws.receive(timeout=timeout)
+                except asyncio.TimeoutError:  # a waiting context hears "waiting" every second
+                    raise APITimeoutError(f"no message from the veena server in {timeout} s",
+                                          retryable=not pushed) from None
+                except (aiohttp.ClientError, OSError) as e:  # closing an ended socket
+                    raise _ConnectionLost(repr(e), pushed) from e
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    ctx, pcm = decode_audio(msg.data)
+                    if ctx == cid:
+                        texts.answered = True
+                        if pcm:
                             push(pcm)
                             pushed = True
-                        continue
-                    if msg.type != aiohttp.WSMsgType.TEXT:
-                        raise APIConnectionError("the veena server closed the connection",
-                                                 retryable=not pushed)
-                    try:
-                        event = parse_server_event(msg.data)
-                    except ProtocolError as e:
-                        raise APIConnectionError(f"veena server: {e}", retryable=not pushed) from e
-                    if event.context_id not in (cid, None):
-                        continue  # a stale context on this pooled socket
-                    if event.type == "voice" and event.speaker_globals is not None:
-                        on_voice(event.speaker_globals)
-                        continue
-                    if event.type == "words":
-                        on_words(event.words)
-                        continue
-                    if event.type in ("done", "cancelled"):
-                        if sender.done() and sender.exception():
-                            raise sender.exception()
-                        return
-                    if event.type == "error":
-                        raise server_error(event.code, event.message, event.raw, pushed)
-            except asyncio.CancelledError:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(ws.send_json(cancel_message(cid)))
-                logger.debug("cancelled remote context", extra={"context_id": cid})
-                raise
-            finally:
-                sender.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await sender
+                    continue
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    raise _ConnectionLost(msg.type.name, pushed)
+                try:
+                    event = parse_server_event(msg.data)
+                except ProtocolError as e:
+                    raise APIConnectionError(f"veena server: {e}", retryable=not pushed) from e
+                if event.context_id not in (cid, None):
+                    continue  # a stale context on this pooled socket
+                texts.answered = True
+                if event.type == "voice" and event.speaker_globals is not None:
+                    on_voice(event.speaker_globals)
+                    continue
+                if event.type == "words":
+                    on_words(event.words)
+                    continue
+                if event.type in ("done", "cancelled"):
+                    if sender.done() and sender.exception():
+                        raise sender.exception()
+                    return
+                if event.type == "error":
+                    raise server_error(event.code, event.message, event.raw, pushed)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(ws.send_json(cancel_message(cid)))
+            logger.debug("cancelled remote context", extra={"context_id": cid})
+            raise
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
 
     @staticmethod
-    async def _send(ws, cid: str, texts: AsyncIterable[Any], first: dict[str, Any],
+    async def _send(ws, cid: str, texts: _ContextTexts, first: dict[str, Any],
                     on_started: Callable[[], None]) -> None:
         opened = False
         async for item in texts:
