@@ -104,3 +104,21 @@ async def test_a_new_socket_that_ends_is_a_retryable_connection_error(closing_ws
     assert info.value.retryable
     assert "closed the connection" in str(info.value)
     assert len(errors) == 1
+
+
+async def test_a_turn_closed_while_its_text_still_comes_leaves_nothing_running():
+    """The pending read of the agent's text is stopped and waited for when the turn ends
+    (its stream closes the text source next)."""
+    async with fake_pipeline() as p, _server(p) as port:
+        before = set(asyncio.all_tasks())
+        tts_ = veena.TTS(base_url=f"ws://127.0.0.1:{port}")
+        stream = tts_.stream(conn_options=NO_RETRY)
+        stream.push_text("Hello there. This sentence is spoken while more text is due.")
+        stream.flush()  # no end of input: the turn waits for more text
+        await asyncio.wait_for(stream.__anext__(), 30)  # a hang guard only
+        await stream.aclose()
+        await tts_.aclose()
+        await asyncio.sleep(0.05)
+        leaked = [t for t in asyncio.all_tasks() - before
+                  if t is not asyncio.current_task() and not t.done()]
+        assert not leaked, leaked

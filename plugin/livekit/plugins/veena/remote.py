@@ -111,10 +111,14 @@ class _ContextTexts:
             self._pos += 1
         return item
 
-    def close(self) -> None:
-        if self._next is not None:
-            self._next.cancel()
-            self._next = None
+    async def aclose(self) -> None:
+        """Stop a pending read, and wait until it has left the source (its owner may close
+        the source next)."""
+        next_, self._next = self._next, None
+        if next_ is not None and not next_.done():
+            next_.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await next_
 
 
 class RemoteClient:
@@ -240,7 +244,7 @@ class RemoteClient:
                                 "the context again on a new one", extra={"context_id": cid})
                     kept.rewind()
         finally:
-            kept.close()
+            await kept.aclose()
 
     async def _context(self, ws: aiohttp.ClientWebSocketResponse, cid: str,
                        texts: _ContextTexts, first_message: dict[str, Any],
