@@ -1,8 +1,8 @@
 """``veena-tts serve --workers 2``: two server processes, each with its own vLLM engine (or
 both front ends of one, ``--shared-engine``), share one port; the kernel spreads connections between them, every stream is served,
 ``/metrics`` from either reports both, a worker that dies ends the server (with every other
-worker and the shared metrics folder), SIGTERM stops them all, and a bad count or a port in
-use is one clear line."""
+worker and the shared metrics folder), SIGTERM stops them all (one server process too,
+abandoning its engine's start), and a bad count or a port in use is one clear line."""
 
 import asyncio
 import os
@@ -67,6 +67,19 @@ async def _both_listen(proc: subprocess.Popen, launcher: psutil.Process,
         return len(workers) == 2 and all(_tcp(w, port, "LISTEN") for w in workers)
 
     await poll_until(both_listen, "both workers listen", every_s=0.5, polls=HANG_GUARD_POLLS)
+
+
+def _in_session(sid: int) -> list[psutil.Process]:
+    """The live processes of session ``sid`` (a launched server and all it started, its
+    engine's orphans too)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (OSError, psutil.Error):
+            continue
+    return found
 
 
 def _reap(proc: subprocess.Popen, workers: list[psutil.Process]) -> None:
@@ -183,6 +196,36 @@ async def test_workers_can_share_one_engine_core(tiny_model_dir, tmp_path):
         assert "the shared vLLM engine core ended" in (tmp_path / "serve.log").read_text()
     finally:
         _reap(proc, workers)
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(TEST_HANG_GUARD_S)
+async def test_sigterm_while_the_engine_starts_abandons_the_start(tiny_model_dir, tmp_path):
+    """One server process stopped while its vLLM engine core loads: the start is abandoned
+    (the core terminated, not waited for), exit 0, nothing left running."""
+    proc = _launch(tiny_model_dir, _free_port(), tmp_path / "serve.log")
+    server = psutil.Process(proc.pid)
+    cores: list[psutil.Process] = []
+    try:
+        async def core_started() -> bool:  # the core titles itself once it runs
+            assert proc.poll() is None
+            cores[:] = _engine_cores(server)
+            return bool(cores)
+
+        await poll_until(core_started, "the engine core starts", every_s=0.1, polls=3000)
+        proc.send_signal(signal.SIGTERM)
+        assert await _exit_code(proc) == 0
+        gone, alive = psutil.wait_procs(_in_session(proc.pid), timeout=60)
+        assert not alive
+        log = (tmp_path / "serve.log").read_text()
+        assert "stopped while the engine was starting" in log
+        # stopped within 0.1 s of the core titling itself, seconds of imports and loading
+        # before it could be up: the start was abandoned, not waited out
+        assert "vLLM engine ready" not in log
+        # and the core's own workers with it (orphaned, they would load on, then fail)
+        assert "Traceback" not in log
+    finally:
+        _reap(proc, [])
 
 
 @pytest.mark.parametrize("shared", [[], ["--shared-engine"]], ids=["own", "shared"])

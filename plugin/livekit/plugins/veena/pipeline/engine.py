@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import multiprocessing
 import os
 import time
 import uuid
@@ -20,6 +21,26 @@ from ..validation import check_int_list
 from .engine_options import MAX_TOKEN_ID, EngineOptions, SamplingOptions
 
 logger = logging.getLogger(__name__)
+
+_ABANDON_POLL_S = 0.5
+"""While a closed engine's start is under way: how often its new engine core is looked for
+(the start may not have spawned it yet)."""
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and its descendants (an engine core's executor workers, which would
+    otherwise go on loading, orphaned, until they find their parent gone)."""
+    import psutil  # a dependency of vLLM, and of the [server] extra
+
+    try:
+        root = psutil.Process(pid)
+        tree = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for proc in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+
 
 class EngineError(RuntimeError):
     """A request failed in the engine; transient (the plugin maps it onto a retryable
@@ -33,6 +54,10 @@ class EngineDeadError(EngineError):
 
 class EngineStartingError(EngineError):
     """The engine did not finish starting within the start-up bound."""
+
+
+class EngineClosedError(EngineError):
+    """The engine was closed before its start finished (a server stopped while loading)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +141,9 @@ class VllmEngine:
         self._tokenizer = None
         self._start_task: asyncio.Task | None = None
         self._start_error: BaseException | None = None
+        self._closing = False
+        self._children_before: set = set()
+        """This process's other children when the start began: the start spawned the rest."""
         self._watch_task: asyncio.Task | None = None
         self._health_poll_s = health_poll_s
         self.dead_reason: str | None = None
@@ -185,9 +213,13 @@ class VllmEngine:
             ) from None
 
     async def _start(self) -> None:
+        self._children_before = set(multiprocessing.active_children())
         try:
             self._llm = await asyncio.get_running_loop().run_in_executor(None, self._build)
         except Exception as e:
+            if self._closing:
+                raise EngineClosedError(f"vLLM for {self.options.model!r} was closed while "
+                                        "it started") from e
             self._start_error = e
             if _model_missing(e):  # retrying cannot help: say so once, for good
                 self.mark_dead(f"model {self.options.model!r} not found: {e}")
@@ -336,9 +368,20 @@ class VllmEngine:
             logger.exception("failed to abort vLLM request", extra={"request_id": request_id})
 
     async def aclose(self) -> None:
-        if self._start_task is not None and not self._start_task.done():
+        """Shut the engine down. A start still under way is abandoned where this process
+        launched the engine: its engine-core processes are stopped (SIGTERM, then SIGKILL),
+        so vLLM's wait for them ends at once instead of after the whole load (minutes for a
+        large model)."""
+        self._closing = True
+        start, asked = self._start_task, set()
+        while start is not None and not start.done():
+            if self._core is None:  # the processes the start spawned: vLLM's engine core
+                for child in set(multiprocessing.active_children()) - self._children_before:
+                    # a core still loading only notes a SIGTERM (vLLM 0.32): killed next poll
+                    _kill_tree(child.pid) if child.pid in asked else child.terminate()
+                    asked.add(child.pid)
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._start_task)
+                await asyncio.wait_for(asyncio.shield(start), _ABANDON_POLL_S)
         if self._watch_task is not None:
             self._watch_task.cancel()
         if self._llm is not None:

@@ -21,6 +21,7 @@ from typing import Callable
 
 from aiohttp import web
 
+from ..pipeline.engine import EngineClosedError
 from ..pipeline.pipeline import Pipeline
 from . import health, speech, voice_routes, websocket
 from .middleware import json_errors, require_api_key
@@ -80,6 +81,8 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
             try:
                 await pipeline.start()
                 state.metrics.engine_up.set(1)
+            except EngineClosedError:  # the server is stopping: its start was abandoned
+                logger.info("stopped while the engine was starting")
             except Exception as e:
                 logger.error("the engine failed to start: %s", e)
                 stop_later(f"start failed: {e}")
