@@ -58,7 +58,9 @@ async def test_a_pooled_socket_that_ended_is_replaced_and_the_turn_speaks_whole(
         async with _server(p) as port:
             tts_ = veena.TTS(base_url=f"ws://127.0.0.1:{port}")
             tts_.on("error", errors.append)
-            solo = await _turn(tts_, pieces)
+            # two turns at once: the pool keeps two sockets, both of which will have ended
+            solo, other = await asyncio.gather(_turn(tts_, pieces), _turn(tts_, pieces))
+            assert other == solo
         try:  # the server restarted on the same port: the call's pooled socket has ended
             async with _server(p, port):
                 assert await _turn(tts_, pieces) == solo  # every word spoken, once

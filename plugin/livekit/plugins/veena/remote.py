@@ -242,6 +242,8 @@ class RemoteClient:
                             retryable=not lost.pushed) from None
                     logger.info("a pooled connection to the veena server had ended: sending "
                                 "the context again on a new one", extra={"context_id": cid})
+                    # the other idle ones most likely ended with it (a server restart)
+                    self.pool.invalidate()
                     kept.rewind()
         finally:
             await kept.aclose()
