@@ -54,7 +54,12 @@ def test_loads_official_layout_and_shapes(bicodec, bicodec_dir):
     (a,) = bicodec.decode([CodecInput(sem, 0, 0, glob)])
     (b,) = ref.decode([CodecInput(sem, 0, 0, glob)])
     assert a.shape == (25 * 320,) and bicodec.sample_rate == 16000
-    assert np.allclose(a, b, atol=1e-6), "the loaded weights are the saved ones"
+    saved, loaded = ref.model.state_dict(), bicodec.model.state_dict()
+    assert loaded.keys() == saved.keys()
+    assert all(torch.equal(loaded[k], v) for k, v in saved.items()), "the saved weights, exactly"
+    # the same weights in two instances: the audio agrees to float noise (oneDNN may pick
+    # another algorithm for one of them, ~1e-6 here; a weight loaded wrong is ~1e-2)
+    assert np.allclose(a, b, atol=1e-5)
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     assert 38e6 < count(bicodec.model.prenet) < 41e6
     assert 51e6 < count(bicodec.model.decoder) < 54e6
