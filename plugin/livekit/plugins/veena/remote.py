@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
-import weakref
 from typing import Any, AsyncIterable, Callable
 
 import aiohttp
@@ -138,8 +136,6 @@ class RemoteClient:
             connect_cb=self._connect, close_cb=self._close,
             max_session_duration=max_session_duration, mark_refreshed_on_get=True,
         )
-        self._opened_at: weakref.WeakKeyDictionary[aiohttp.ClientWebSocketResponse, float] = \
-            weakref.WeakKeyDictionary()
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -176,10 +172,8 @@ class RemoteClient:
 
     async def _connect(self, timeout: float) -> aiohttp.ClientWebSocketResponse:
         try:
-            ws = await asyncio.wait_for(
+            return await asyncio.wait_for(
                 self._http().ws_connect(self.url, headers=self._headers, heartbeat=30), timeout)
-            self._opened_at[ws] = time.monotonic()
-            return ws
         except asyncio.TimeoutError:  # before OSError: TimeoutError is an OSError
             raise APITimeoutError(f"no WebSocket handshake from {self.url} in {timeout} s") from None
         except aiohttp.WSServerHandshakeError as e:
@@ -216,7 +210,6 @@ class RemoteClient:
         once, and the context sent again on the new one; any other end of the socket is an
         ``APIConnectionError`` (retryable unless audio was pushed)."""
         cid = utils.shortuuid()
-        asked = time.monotonic()
         kept = _ContextTexts(texts)
         started = False
 
@@ -231,7 +224,8 @@ class RemoteClient:
                 idled = False
                 try:
                     async with self.pool.connection(timeout=timeout) as ws:
-                        idled = self._opened_at.get(ws, asked) < asked
+                        # set by the pool's get, with no suspension since: this one's
+                        idled = self.pool.last_connection_reused
                         await self._context(ws, cid, kept, first_message, push, timeout,
                                             on_first_text, on_voice, on_words)
                         return
