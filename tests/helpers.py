@@ -54,6 +54,14 @@ async def engine_settled(pipeline, timeout: float = 2.0) -> bool:
     return False
 
 
+async def tasks_left_since(before: set[asyncio.Task]) -> list[asyncio.Task]:
+    """The tasks started since ``before`` (a snapshot of ``asyncio.all_tasks()``) still
+    running once the loop has turned over a little: what a closed stream leaked."""
+    await asyncio.sleep(0.05)
+    return [t for t in asyncio.all_tasks() - before
+            if t is not asyncio.current_task() and not t.done()]
+
+
 @contextlib.contextmanager
 def gated_codec(pipeline):
     """Hold every codec call of ``pipeline`` at a gate until the block ends. Yields the

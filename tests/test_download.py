@@ -131,6 +131,14 @@ def test_cli_and_plugin_entry_points(tmp_path, tiny_model_dir, monkeypatch):
     local = subprocess.run([sys.executable, "-m", "livekit.plugins.veena.cli", "download",
                             tiny_model_dir], env=env, capture_output=True, text=True, timeout=120)
     assert local.returncode == 0 and local.stdout.split() == [tiny_model_dir]
+    flag = subprocess.run([sys.executable, "-m", "livekit.plugins.veena.cli", "download",
+                           "--model", tiny_model_dir], env=env, capture_output=True, text=True,
+                          timeout=120)  # spelled as say and serve take it
+    assert flag.returncode == 0 and flag.stdout.split() == [tiny_model_dir]
+    both = subprocess.run([sys.executable, "-m", "livekit.plugins.veena.cli", "download",
+                           tiny_model_dir, "--model", "nobody/nothing"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert both.returncode == 2 and "two models given" in both.stderr
     from livekit.agents import Plugin
 
     plugin = next(p for p in Plugin.registered_plugins if p.title == "livekit.plugins.veena")

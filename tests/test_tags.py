@@ -2,6 +2,8 @@
 special-token forms), the spoken words of a text, and the instruction for an agent's LLM."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from livekit.plugins.veena.models.profiles import MAYA1, MAYA1_TAGS, ORPHEUS, VEENA
 from livekit.plugins.veena.pipeline.tags import (
@@ -31,6 +33,12 @@ KNOWN = ("laugh", "sigh", "laugh_harder")
     ("a <custom_token_5> b", "a b", ["<custom_token_5>"]),
     ("a <spk_agastya> b", "a b", ["<spk_agastya>"]),  # another voice's prompt token
     ("say </laugh> or <laugh/>", "say or", ["</laugh>", "<laugh/>"]),  # not the plain form
+    # a removed tag must not glue a special token together from what stood around it
+    ("<<x>|eot_id|>", "", ["<x>", "<|eot_id|>"]),
+    ("a <<a>custom_token_4> b", "a b", ["<a>", "<custom_token_4>"]),
+    ("<<|x|>|end_of_text|>", "", ["<|x|>", "<|end_of_text|>"]),
+    ("<<<x>y>|eot_id|>!", "!", ["<x>", "<y>", "<|eot_id|>"]),
+    ("ha <<x>laugh> ok", "ha <laugh> ok", ["<x>"]),  # a known tag is what it spells
     # not tags: plain text stays exactly as written
     ("a < b > c", "a < b > c", []),
     ("x<y and y>x", "x<y and y>x", []),
@@ -40,6 +48,39 @@ KNOWN = ("laugh", "sigh", "laugh_harder")
 ])
 def test_strip_unknown_tags(text, clean, removed):
     assert strip_unknown_tags(text, KNOWN) == (clean, removed)
+
+
+_FRAGMENTS = ["<", ">", "|", "/", " ", "x", "laugh", "eot_id", "custom_token_4", "<x>",
+              "<laugh>", "<|eot_id|>", ",", "!"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=14).map("".join))
+def test_what_is_left_holds_known_tags_only(text):
+    """Whatever the text, the result's every tag is a known one in the plain form, so a
+    second pass changes nothing; the spoken words hold no tag at all."""
+    clean, _ = strip_unknown_tags(text, KNOWN)
+    assert all(m.group()[1:-1] in KNOWN for m in find_tags(clean)), clean
+    assert strip_unknown_tags(clean, KNOWN) == (clean, [])
+    assert find_tags(spoken_text(text)) == []
+
+
+def test_no_special_token_reaches_the_prompt_from_nested_tags(tmp_path):
+    """Through the profile's real special-token ids: the stripped text encodes to plain
+    text tokens only."""
+    from transformers import AutoTokenizer
+
+    from livekit.plugins.veena.models.tiny_model import write_snac_tokenizer
+
+    write_snac_tokenizer(VEENA, tmp_path)
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    specials = {i for i in tok.get_added_vocab().values()} | set(tok.all_special_ids)
+    text = "hi <<a>custom_token_4> x <<x>|eot_id|> <<|x|>|end_of_text|> y"
+    clean, _ = strip_unknown_tags(text, VEENA.tags)
+    assert clean == "hi x y"
+    assert not specials & set(tok.encode(clean, add_special_tokens=False))
+    # what the tokenizer would have read without the second pass
+    assert specials & set(tok.encode("<custom_token_4><|eot_id|>", add_special_tokens=False))
 
 
 def test_a_profile_without_tags_removes_every_tag():

@@ -10,6 +10,7 @@ import pytest
 from livekit.plugins.veena.protocol import decode_audio
 from livekit.plugins.veena.server.app import ServerOptions
 
+from ..helpers import tasks_left_since
 from .conftest import poll_until
 from .fakes import fake_server
 from .rawws import RawWebSocket
@@ -193,9 +194,11 @@ async def test_an_idle_context_ends_with_idle_timeout():
 async def test_a_speech_request_whose_client_left_stops_its_engine_work(stream):
     """The engine holds the request after 3 frames; the client then goes away. The work is
     aborted (engine request closed, counted aborted, not done) and, once the engine could
-    go on, it produces no more tokens: causal checks only."""
+    go on, it produces no more tokens: causal checks only. No task of the request is left
+    waiting (its read of the next audio was one)."""
     async with fake_server(ServerOptions(), hold_after=3) as server:
         engine = server.engine
+        before = set(asyncio.all_tasks())
         body = json.dumps({"input": "A long answer nobody will hear. " * 4, "stream": stream,
                            "response_format": "pcm", "sampling": {"max_tokens": 700}}).encode()
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
@@ -216,6 +219,8 @@ async def test_a_speech_request_whose_client_left_stops_its_engine_work(stream):
         assert engine.tokens_out == produced and engine.aborted and not engine.live
         assert metrics.finished.labels("done")._value.get() == 0
         assert metrics.finished.labels("cancelled")._value.get() == 1
+        leaked = await tasks_left_since(before)
+        assert not leaked, leaked
 
 
 async def test_a_speech_request_that_left_while_queued_frees_its_place():

@@ -341,6 +341,46 @@ async def test_oversized_websocket_messages(fake):
     await ws.close()
 
 
+# valid JSON by the grammar that Python's json cannot load: an int past its 4300 digits
+# (ValueError), nesting deeper than its recursion limit (RecursionError)
+UNLOADABLE_JSON = ['{"type": "speak", "context_id": "c", "text": "hi", "seed": %s}' % ("9" * 5000),
+                   "[" * 5000 + "]" * 5000, '{"a":' * 5000 + "1" + "}" * 5000]
+
+
+@pytest.mark.parametrize("raw", UNLOADABLE_JSON, ids=["long-int", "deep-list", "deep-object"])
+async def test_json_python_cannot_load_is_bad_json_and_the_socket_goes_on(fake, raw, caplog):
+    ws = await RawWebSocket.connect(fake.port, {"Authorization": f"Bearer {API_KEY}"})
+    await ws.send_together([raw, {"type": "speak", "context_id": "ok", "text": "Still here.",
+                                  "continue": False, "sampling": {"max_tokens": 14}}])
+    events: list[dict] = []
+    for _ in range(10_000):  # a hang guard only
+        op, data = await asyncio.wait_for(ws.receive(), HANG_GUARD_S)
+        assert op != 0x8, data  # not closed
+        if op == 0x1:
+            events.append(json.loads(data))
+        if any(e.get("type") == "done" for e in events):
+            break
+    await ws.close()
+    assert events[0]["code"] == "bad_json" and events[0]["context_id"] is None
+    assert [e["context_id"] for e in events if e["type"] == "done"] == ["ok"]
+    assert not [r for r in caplog.records if r.levelno >= 40], caplog.text
+
+
+@pytest.mark.parametrize("body,ctype", [
+    *[(raw.replace('"type": "speak", "context_id": "c", "text"', '"input"'), b"application/json")
+      for raw in UNLOADABLE_JSON],
+    ('{"input": "hi"}', b"application/json; charset=no-such-charset"),
+], ids=["long-int", "deep-list", "deep-object", "unknown-charset"])
+async def test_a_speech_body_python_cannot_load_is_a_json_400(fake, body, ctype, caplog):
+    head = (b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + API_KEY.encode() + b"\r\nContent-Type: " + ctype
+            + b"\r\nContent-Length: %d" % len(body))
+    status, headers, payload = await raw_http(fake.port, head, body.encode())
+    _assert_client_error(status, headers, payload, body[:80])
+    assert status == 400 and json.loads(payload)["error"]["code"] == "bad_json"
+    assert not [r for r in caplog.records if r.levelno >= 40], caplog.text
+
+
 async def test_ready_names_the_model_not_its_folder():
     async with fake_server(ServerOptions(), model="/srv/secret/models/my-veena") as server:
         async with aiohttp.ClientSession() as s, s.get(server.url + "/ready") as r:

@@ -12,6 +12,7 @@ from livekit.plugins import veena
 
 from livekit.plugins.veena.server.app import ServerOptions, create_app
 
+from ..helpers import tasks_left_since
 from .fakes import fake_pipeline
 
 TEXT = "Hello there. This is one whole turn, in two sentences."
@@ -120,7 +121,5 @@ async def test_a_turn_closed_while_its_text_still_comes_leaves_nothing_running()
         await asyncio.wait_for(stream.__anext__(), 30)  # a hang guard only
         await stream.aclose()
         await tts_.aclose()
-        await asyncio.sleep(0.05)
-        leaked = [t for t in asyncio.all_tasks() - before
-                  if t is not asyncio.current_task() and not t.done()]
+        leaked = await tasks_left_since(before)
         assert not leaked, leaked

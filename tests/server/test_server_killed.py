@@ -8,6 +8,7 @@ import pytest
 from livekit.agents import APIConnectionError, APIConnectOptions, APITimeoutError
 from livekit.plugins import veena
 
+from ..helpers import tasks_left_since
 from .conftest import spawn_server
 
 pytestmark = pytest.mark.engine
@@ -37,7 +38,5 @@ async def test_server_killed_mid_stream(server_process):
     assert not isinstance(info.value, APITimeoutError), info.value
     await stream.aclose()
     await tts_.aclose()
-    await asyncio.sleep(0.05)
-    leaked = [t for t in asyncio.all_tasks() - before
-              if t is not asyncio.current_task() and not t.done()]
+    leaked = await tasks_left_since(before)
     assert not leaked, leaked

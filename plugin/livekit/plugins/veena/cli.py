@@ -220,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     download = sub.add_parser("download", help="fetch MODEL (default VEENA_MODEL) and its codec "
                                                "into the Hugging Face cache")
     download.add_argument("model", nargs="?", default=None)
+    download.add_argument("--model", dest="model_option", default=None, metavar="MODEL",
+                          help="the same, spelled as say and serve take it")
     download.add_argument("--profile", default=None)
 
     tiny = sub.add_parser("make-tiny-model", help="build a tiny random-weight model in DIR")
@@ -259,8 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "download":
         from .models.download import DownloadError, download_model
 
+        if args.model and args.model_option and args.model != args.model_option:
+            parser.error(f"two models given: {args.model} and --model {args.model_option}")
         try:
-            for folder in download_model(args.model, profile=args.profile):
+            for folder in download_model(args.model or args.model_option,
+                                         profile=args.profile):
                 sys.stdout.write(f"{folder}\n")
         except DownloadError as e:
             logger.error("%s", e)

@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .validation import is_int, is_number
+from .validation import UNLOADABLE_JSON, is_int, is_number
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "min_tokens")
 
@@ -116,7 +116,7 @@ class ClientMessage:
 def parse_client_message(raw: str) -> ClientMessage:
     try:
         msg = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except UNLOADABLE_JSON:
         raise ProtocolError("bad_json", "message is not valid JSON") from None
     if not isinstance(msg, dict):
         raise ProtocolError("bad_message", "message must be a JSON object")
@@ -216,7 +216,7 @@ def parse_server_event(raw: str) -> ServerEvent:
     """Read one JSON event (ProtocolError on anything that is not one)."""
     try:
         event = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except UNLOADABLE_JSON:
         raise ProtocolError("bad_json", "server event is not valid JSON") from None
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):
         raise ProtocolError("bad_message", "server event must be an object with a type")

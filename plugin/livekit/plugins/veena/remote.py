@@ -77,6 +77,22 @@ class _ConnectionLost(Exception):
         self.pushed = pushed
 
 
+class _SocketFailed(Exception):
+    """Sending on the socket failed (it ended); not the text source's failure."""
+
+
+class _Heard:
+    """Pushes a context's audio and remembers whether any reached the listener."""
+
+    def __init__(self, push: Callable[[bytes], None]) -> None:
+        self._push = push
+        self.pushed = False
+
+    def push(self, pcm: bytes) -> None:
+        self._push(pcm)
+        self.pushed = True
+
+
 class _ContextTexts:
     """A context's texts, kept until the server first answers the context, so that it can be
     sent again on a new socket. The source is read through one pending read that outlives a
@@ -248,70 +264,96 @@ class RemoteClient:
                        on_started: Callable[[], None],
                        on_voice: Callable[[tuple[int, ...]], None],
                        on_words: Callable[[tuple[tuple[str, float, float], ...]], None]) -> None:
-        """One context on ``ws``, to its end; ``_ConnectionLost`` where the socket ends."""
+        """One context on ``ws``, to its end; ``_ConnectionLost`` where the socket ends. The
+        sender and the receiver run side by side: whichever fails first ends the context (a
+        text source that raised must not leave it waiting for the server)."""
+        heard = _Heard(push)
         sender = asyncio.create_task(self._send(ws, cid, texts, first_message, on_started))
-        pushed = False
+        receiver = asyncio.create_task(
+            self._receive(ws, cid, texts, heard, timeout, on_voice, on_words))
         try:
-            while True:
-                try:
-                    msg = await ws.receive(timeout=timeout)
-                except asyncio.TimeoutError:  # a waiting context hears "waiting" every second
-                    raise APITimeoutError(f"no message from the veena server in {timeout} s",
-                                          retryable=not pushed) from None
-                except (aiohttp.ClientError, OSError) as e:  # closing an ended socket
-                    raise _ConnectionLost(repr(e), pushed) from e
-                if msg.type == aiohttp.WSMsgType.BINARY:
-                    ctx, pcm = decode_audio(msg.data)
-                    if ctx == cid:
-                        texts.answered = True
-                        if pcm:
-                            push(pcm)
-                            pushed = True
-                    continue
-                if msg.type != aiohttp.WSMsgType.TEXT:
-                    raise _ConnectionLost(msg.type.name, pushed)
-                try:
-                    event = parse_server_event(msg.data)
-                except ProtocolError as e:
-                    raise APIConnectionError(f"veena server: {e}", retryable=not pushed) from e
-                if event.context_id not in (cid, None):
-                    continue  # a stale context on this pooled socket
-                texts.answered = True
-                if event.type == "voice" and event.speaker_globals is not None:
-                    on_voice(event.speaker_globals)
-                    continue
-                if event.type == "words":
-                    on_words(event.words)
-                    continue
-                if event.type in ("done", "cancelled"):
-                    if sender.done() and sender.exception():
-                        raise sender.exception()
-                    return
-                if event.type == "error":
-                    raise server_error(event.code, event.message, event.raw, pushed)
+            await asyncio.wait((sender, receiver), return_when=asyncio.FIRST_COMPLETED)
+            error = None if receiver.done() else sender.exception()
+            if isinstance(error, _SocketFailed):
+                raise _ConnectionLost(str(error), heard.pushed) from error
+            if error is not None:  # the text source failed: the server frees the context
+                receiver.cancel()
+                with contextlib.suppress(Exception):
+                    await ws.send_json(cancel_message(cid))
+                raise APIConnectionError(f"veena synthesis failed: {error!r}",
+                                         retryable=not heard.pushed) from error
+            await receiver
         except asyncio.CancelledError:
+            receiver.cancel()  # nothing more reaches the listener
             with contextlib.suppress(Exception):
                 await asyncio.shield(ws.send_json(cancel_message(cid)))
             logger.debug("cancelled remote context", extra={"context_id": cid})
             raise
         finally:
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sender
+            for task in (sender, receiver):
+                task.cancel()
+            for task in (sender, receiver):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    @staticmethod
+    async def _receive(ws: aiohttp.ClientWebSocketResponse, cid: str, texts: _ContextTexts,
+                       heard: "_Heard", timeout: float,
+                       on_voice: Callable[[tuple[int, ...]], None],
+                       on_words: Callable[[tuple[tuple[str, float, float], ...]], None]) -> None:
+        """The server's messages for ``cid`` until it is done."""
+        while True:
+            try:
+                msg = await ws.receive(timeout=timeout)
+            except asyncio.TimeoutError:  # a waiting context hears "waiting" every second
+                raise APITimeoutError(f"no message from the veena server in {timeout} s",
+                                      retryable=not heard.pushed) from None
+            except (aiohttp.ClientError, OSError) as e:  # closing an ended socket
+                raise _ConnectionLost(repr(e), heard.pushed) from e
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                ctx, pcm = decode_audio(msg.data)
+                if ctx == cid:
+                    texts.answered = True
+                    if pcm:
+                        heard.push(pcm)
+                continue
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                raise _ConnectionLost(msg.type.name, heard.pushed)
+            try:
+                event = parse_server_event(msg.data)
+            except ProtocolError as e:
+                raise APIConnectionError(f"veena server: {e}", retryable=not heard.pushed) from e
+            if event.context_id not in (cid, None):
+                continue  # a stale context on this pooled socket
+            texts.answered = True
+            if event.type == "voice" and event.speaker_globals is not None:
+                on_voice(event.speaker_globals)
+            elif event.type == "words":
+                on_words(event.words)
+            elif event.type in ("done", "cancelled"):
+                return
+            elif event.type == "error":
+                raise server_error(event.code, event.message, event.raw, heard.pushed)
 
     @staticmethod
     async def _send(ws, cid: str, texts: _ContextTexts, first: dict[str, Any],
                     on_started: Callable[[], None]) -> None:
+        async def send(message: dict[str, Any]) -> None:
+            try:
+                await ws.send_json(message)
+            except (aiohttp.ClientError, OSError) as e:
+                raise _SocketFailed(repr(e)) from e
+
         opened = False
         async for item in texts:
             if item is FLUSH:
                 if opened:
-                    await ws.send_json(flush_message(cid))
+                    await send(flush_message(cid))
                 continue
             if not item:
                 continue
-            await ws.send_json(speak_message(cid, item, True, None if opened else first))
+            await send(speak_message(cid, item, True, None if opened else first))
             if not opened:
                 opened = True
                 on_started()
-        await ws.send_json(speak_message(cid, "", False, None if opened else first))
+        await send(speak_message(cid, "", False, None if opened else first))

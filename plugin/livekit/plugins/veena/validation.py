@@ -13,6 +13,11 @@ import math
 import numbers
 from typing import Any
 
+UNLOADABLE_JSON = (ValueError, RecursionError)
+"""What ``json.loads`` raises on text a client controls: ``ValueError`` (not JSON, not
+UTF-8, an int past Python's 4300 digits) and ``RecursionError`` (nesting past the
+interpreter's limit, well within a 64 KiB message)."""
+
 
 def is_int(value: Any) -> bool:
     """A real integer (numpy's too): not a bool, not a float that happens to be whole.

@@ -378,7 +378,10 @@ class VllmEngine:
             if self._core is None:  # the processes the start spawned: vLLM's engine core
                 for child in set(multiprocessing.active_children()) - self._children_before:
                     # a core still loading only notes a SIGTERM (vLLM 0.32): killed next poll
-                    _kill_tree(child.pid) if child.pid in asked else child.terminate()
+                    if child.pid in asked:
+                        _kill_tree(child.pid)
+                    else:
+                        child.terminate()
                     asked.add(child.pid)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(start), _ABANDON_POLL_S)

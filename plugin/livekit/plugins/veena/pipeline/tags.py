@@ -54,10 +54,21 @@ def partial_tag_start(text: str) -> int | None:
 
 
 def _rewrite(text: str, keep: Callable[[str], str | None]) -> tuple[str, list[str]]:
-    """``text`` with each tag replaced by ``keep(tag)``, or removed where that is None; the
-    whitespace around a removed tag becomes one space (none at the text's edges, none where
-    the tag touched words on both sides or before punctuation). Returns the text and the
-    removed tags."""
+    """``text`` with each tag replaced by ``keep(tag)``, or removed where that is None, until
+    none is removed: what stood around a removed tag can close into a new one (``<<x>|eot_id|>``
+    is ``<|eot_id|>`` once ``<x>`` is gone). Returns the text and the removed tags."""
+    removed: list[str] = []
+    while True:
+        text, gone = _rewrite_once(text, keep)
+        if not gone:
+            return text, removed
+        removed += gone
+
+
+def _rewrite_once(text: str, keep: Callable[[str], str | None]) -> tuple[str, list[str]]:
+    """One pass of ``_rewrite``: the whitespace around a removed tag becomes one space (none
+    at the text's edges, none where the tag touched words on both sides or before
+    punctuation)."""
     acc, removed = "", []
     pending = gap = False
     pos = 0

@@ -242,19 +242,24 @@ class Turn:
 
         async def schedule() -> None:
             index = 0
-            async for text in chunks:
-                await self._slots.acquire()
-                audio = _ChunkAudio()
-                self._chunk_started[index] = time.monotonic()
-                self._request_ids[index] = self._p.engine.new_request_id()
-                text = self._accept(text, index)
-                if self._first_index is None and text.strip():
-                    self._first_index = index
-                self._texts[index] = spoken_text(text)
-                self._tasks.append(asyncio.create_task(self._prefetch(text, index, audio),
-                                                       name=f"veena-chunk-{index}"))
-                order.put_nowait(audio)
-                index += 1
+            try:
+                async for text in chunks:
+                    await self._slots.acquire()
+                    audio = _ChunkAudio()
+                    self._chunk_started[index] = time.monotonic()
+                    self._request_ids[index] = self._p.engine.new_request_id()
+                    text = self._accept(text, index)
+                    if self._first_index is None and text.strip():
+                        self._first_index = index
+                    self._texts[index] = spoken_text(text)
+                    self._tasks.append(asyncio.create_task(self._prefetch(text, index, audio),
+                                                           name=f"veena-chunk-{index}"))
+                    order.put_nowait(audio)
+                    index += 1
+            except Exception as e:  # the text source failed: after the chunks it gave
+                failed = _ChunkAudio()
+                failed.end(e)
+                order.put_nowait(failed)
             order.put_nowait(None)
 
         await self._p.start(self._opts.startup_timeout)

@@ -148,8 +148,9 @@ class Context:
 
     async def _chunks(self):
         """The turn's text: a slot is taken when a piece is ready and given back (by
-        ``_chunk_generated``) when nothing is left to generate. It never raises: the turn
-        would wait forever for a chunk that a failed text source never sends.
+        ``_chunk_generated``) when nothing is left to generate. It never raises: a failure
+        ends the context at once as an ``internal_error`` (a turn would deliver a failed
+        text source only after the chunks it gave).
 
         An ending context's text ends here too, and its task is cancelled once more: on
         Python 3.11 ``asyncio.wait_for`` swallows a cancellation that arrives just as the

@@ -32,7 +32,7 @@ from ..pipeline.engine import EngineError
 from ..pipeline.stitching import to_int16
 from ..pipeline.turn import Turn, TurnOptions
 from ..protocol import ERROR_CODES, ProtocolError
-from ..validation import check_bool, check_str, is_number
+from ..validation import UNLOADABLE_JSON, check_bool, check_str, is_number
 from .admission import Overloaded
 from .audio_formats import (
     AUDIO_FORMATS,
@@ -186,7 +186,7 @@ async def read_json(request: web.Request) -> Any | web.Response:
     except web.HTTPRequestEntityTooLarge:
         return json_error("body_too_large",
                           f"the body is larger than {MAX_HTTP_BODY_BYTES} bytes")
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (*UNLOADABLE_JSON, LookupError):  # LookupError: a charset Python does not know
         return json_error("bad_json", "body is not valid JSON")
     except (ConnectionError, HttpProcessingError) as e:
         return json_error("bad_request", f"the body could not be read: {e}")
@@ -283,6 +283,7 @@ async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
         writes.put_nowait(to_int16(pcm).tobytes())
 
     speaking = asyncio.create_task(turn.speak(texts(), push), name="veena-speech-turn")
+    getter: asyncio.Future | None = None
     try:
         if req.stream:
             response = web.StreamResponse(headers=headers)
@@ -312,6 +313,8 @@ async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
             return json_error(code, str(e) or repr(e))
         raise
     finally:
+        if getter is not None:
+            getter.cancel()  # a client that left leaves it waiting for audio otherwise
         encoder.close()
         metrics.active_streams.dec()
         if not speaking.done():

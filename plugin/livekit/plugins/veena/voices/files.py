@@ -24,7 +24,7 @@ from typing import Any
 from ..models.families import family_for
 from ..models.profiles import CLONED_VOICE
 from ..pipeline.engine_options import draw_seed
-from ..validation import check_int
+from ..validation import UNLOADABLE_JSON, check_int
 
 FORMAT_VERSION = 1
 
@@ -120,7 +120,7 @@ def load_voice(path: str | Path, profile: Any) -> VoiceFile:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise VoiceFileError(f"no voice file at {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, *UNLOADABLE_JSON) as e:
         raise VoiceFileError(f"voice file {path} is not valid JSON: {e}") from None
     return parse_voice(data, profile, str(path))
 
