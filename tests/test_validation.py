@@ -14,6 +14,7 @@ from livekit.plugins.veena.validation import (
     check_int,
     check_int_list,
     is_int,
+    is_number,
 )
 
 POISON = [1.5, True, False, "7", None, [], {}, math.nan, math.inf]
@@ -94,10 +95,24 @@ def test_globals_refuse_floats_and_bools():
     {"max_tokens_per_chunk": 1.5}, {"max_tokens_per_chunk": True}, {"seed": 1.0},
     {"seed": -1}, {"max_chunks_in_flight": True}, {"max_chunks_in_flight": 0},
     {"chunk_crossfade_ms": math.nan}, {"startup_timeout": 0}, {"voice": 3},
+    {"temperature": 10**400}, {"startup_timeout": 10**400}, {"top_k": 10**400},
+    {"chunker": veena.ChunkerOptions(first_max_chars=20.5)},
+    {"chunker": veena.ChunkerOptions(max_chars=math.inf)},
+    {"chunker": veena.ChunkerOptions(first_min_chars=True)},
+    {"chunker": {"max_chars": 100}}, {"profile": 123}, {"profile": object()},
+    {"base_url": 123}, {"base_url": "ftp://127.0.0.1:9"}, {"api_key": 5},
 ])
 def test_plugin_options_checked_at_construction(kwargs):
     with pytest.raises(ValueError):
-        veena.TTS(base_url="ws://127.0.0.1:9", **kwargs)
+        veena.TTS(**{"base_url": "ws://127.0.0.1:9", **kwargs})
+
+
+def test_numbers_past_a_float_are_not_numbers():
+    assert not is_number(10**400) and not is_number(-(10**400)) and is_number(10**300)
+    assert is_number(np.float32(0.5)) and not is_number(np.float32("nan"))
+    assert not is_number(np.True_)
+    with pytest.raises(ValueError, match="finite number"):
+        check_float("temperature", 10**400, 0.0, 2.0)
 
 
 def test_plugin_update_options_checked():

@@ -381,6 +381,25 @@ async def test_a_speech_body_python_cannot_load_is_a_json_400(fake, body, ctype,
     assert not [r for r in caplog.records if r.levelno >= 40], caplog.text
 
 
+HUGE = 10**400  # valid JSON, and Python reads it, but no float holds it
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p", "repetition_penalty", "top_k"])
+async def test_a_number_past_a_float_is_a_bad_field(fake, field, caplog):
+    ws = await RawWebSocket.connect(fake.port, {"Authorization": f"Bearer {API_KEY}"})
+    await ws.send_together([{"type": "speak", "context_id": "c", "text": "Hi.",
+                             "continue": False, "sampling": {field: HUGE}}])
+    op, data = await asyncio.wait_for(ws.receive(), HANG_GUARD_S)
+    await ws.close()
+    event = json.loads(data)
+    assert event["type"] == "error" and ERROR_CODES[event["code"]].client_error, event
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        for body in ({"input": "Hi.", "speed": HUGE}, {"input": "Hi.", "sampling": {field: HUGE}}):
+            async with s.post(fake.url + "/v1/audio/speech", data=json.dumps(body)) as r:
+                assert r.status == 400, await r.text()
+    assert not [r for r in caplog.records if r.levelno >= 40], caplog.text
+
+
 async def test_ready_names_the_model_not_its_folder():
     async with fake_server(ServerOptions(), model="/srv/secret/models/my-veena") as server:
         async with aiohttp.ClientSession() as s, s.get(server.url + "/ready") as r:

@@ -81,12 +81,15 @@ class _SocketFailed(Exception):
     """Sending on the socket failed (it ended); not the text source's failure."""
 
 
-class _Heard:
-    """Pushes a context's audio and remembers whether any reached the listener."""
+class _Progress:
+    """How far a context got on its socket: whether the server was asked anything yet
+    (until then a silent socket is no fault: the agent's LLM has not said its first words),
+    and whether audio reached the listener (it pushes it)."""
 
     def __init__(self, push: Callable[[bytes], None]) -> None:
         self._push = push
         self.pushed = False
+        self.opened = False
 
     def push(self, pcm: bytes) -> None:
         self._push(pcm)
@@ -267,21 +270,22 @@ class RemoteClient:
         """One context on ``ws``, to its end; ``_ConnectionLost`` where the socket ends. The
         sender and the receiver run side by side: whichever fails first ends the context (a
         text source that raised must not leave it waiting for the server)."""
-        heard = _Heard(push)
-        sender = asyncio.create_task(self._send(ws, cid, texts, first_message, on_started))
+        progress = _Progress(push)
+        sender = asyncio.create_task(self._send(ws, cid, texts, first_message, progress,
+                                                on_started))
         receiver = asyncio.create_task(
-            self._receive(ws, cid, texts, heard, timeout, on_voice, on_words))
+            self._receive(ws, cid, texts, progress, timeout, on_voice, on_words))
         try:
             await asyncio.wait((sender, receiver), return_when=asyncio.FIRST_COMPLETED)
             error = None if receiver.done() else sender.exception()
             if isinstance(error, _SocketFailed):
-                raise _ConnectionLost(str(error), heard.pushed) from error
+                raise _ConnectionLost(str(error), progress.pushed) from error
             if error is not None:  # the text source failed: the server frees the context
                 receiver.cancel()
                 with contextlib.suppress(Exception):
                     await ws.send_json(cancel_message(cid))
                 raise APIConnectionError(f"veena synthesis failed: {error!r}",
-                                         retryable=not heard.pushed) from error
+                                         retryable=not progress.pushed) from error
             await receiver
         except asyncio.CancelledError:
             receiver.cancel()  # nothing more reaches the listener
@@ -298,7 +302,7 @@ class RemoteClient:
 
     @staticmethod
     async def _receive(ws: aiohttp.ClientWebSocketResponse, cid: str, texts: _ContextTexts,
-                       heard: "_Heard", timeout: float,
+                       progress: _Progress, timeout: float,
                        on_voice: Callable[[tuple[int, ...]], None],
                        on_words: Callable[[tuple[tuple[str, float, float], ...]], None]) -> None:
         """The server's messages for ``cid`` until it is done."""
@@ -306,23 +310,25 @@ class RemoteClient:
             try:
                 msg = await ws.receive(timeout=timeout)
             except asyncio.TimeoutError:  # a waiting context hears "waiting" every second
+                if not progress.opened:
+                    continue
                 raise APITimeoutError(f"no message from the veena server in {timeout} s",
-                                      retryable=not heard.pushed) from None
+                                      retryable=not progress.pushed) from None
             except (aiohttp.ClientError, OSError) as e:  # closing an ended socket
-                raise _ConnectionLost(repr(e), heard.pushed) from e
+                raise _ConnectionLost(repr(e), progress.pushed) from e
             if msg.type == aiohttp.WSMsgType.BINARY:
                 ctx, pcm = decode_audio(msg.data)
                 if ctx == cid:
                     texts.answered = True
                     if pcm:
-                        heard.push(pcm)
+                        progress.push(pcm)
                 continue
             if msg.type != aiohttp.WSMsgType.TEXT:
-                raise _ConnectionLost(msg.type.name, heard.pushed)
+                raise _ConnectionLost(msg.type.name, progress.pushed)
             try:
                 event = parse_server_event(msg.data)
             except ProtocolError as e:
-                raise APIConnectionError(f"veena server: {e}", retryable=not heard.pushed) from e
+                raise APIConnectionError(f"veena server: {e}", retryable=not progress.pushed) from e
             if event.context_id not in (cid, None):
                 continue  # a stale context on this pooled socket
             texts.answered = True
@@ -333,11 +339,11 @@ class RemoteClient:
             elif event.type in ("done", "cancelled"):
                 return
             elif event.type == "error":
-                raise server_error(event.code, event.message, event.raw, heard.pushed)
+                raise server_error(event.code, event.message, event.raw, progress.pushed)
 
     @staticmethod
     async def _send(ws, cid: str, texts: _ContextTexts, first: dict[str, Any],
-                    on_started: Callable[[], None]) -> None:
+                    progress: _Progress, on_started: Callable[[], None]) -> None:
         async def send(message: dict[str, Any]) -> None:
             try:
                 await ws.send_json(message)
@@ -354,6 +360,7 @@ class RemoteClient:
                 continue
             await send(speak_message(cid, item, True, None if opened else first))
             if not opened:
-                opened = True
+                opened = progress.opened = True
                 on_started()
         await send(speak_message(cid, "", False, None if opened else first))
+        progress.opened = True

@@ -32,7 +32,6 @@ class StreamOwner(Protocol):
     """What a stream asks of the ``veena.TTS`` that made it (this module never imports it)."""
 
     _opts: TTSOptions
-    _streams: set
     remote: RemoteClient | None
 
     async def _learn_sample_rate(self, timeout: float) -> int: ...
@@ -148,13 +147,10 @@ class SynthesizeStream(_VoiceOfStream, tts.SynthesizeStream):
                     yield piece
                     yield FLUSH
 
-            try:
-                async with contextlib.aclosing(texts):
-                    await self._tts._speak_remote(self._opts, remote_texts(), output_emitter,
-                                                  self._conn_options.timeout, self,
-                                                  self._mark_started)
-            finally:
-                self._tts._streams.discard(self)
+            async with contextlib.aclosing(texts):
+                await self._tts._speak_remote(self._opts, remote_texts(), output_emitter,
+                                              self._conn_options.timeout, self,
+                                              self._mark_started)
             output_emitter.end_segment()
             return
         push = lambda pcm: output_emitter.push(to_int16(pcm).tobytes())  # noqa: E731
@@ -170,5 +166,4 @@ class SynthesizeStream(_VoiceOfStream, tts.SynthesizeStream):
         finally:
             logger.debug("stream turn closed", extra={"request_id": request_id,
                                                       "engine_requests": turn.request_ids})
-            self._tts._streams.discard(self)
         output_emitter.end_segment()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import weakref
+from urllib.parse import urlsplit
 
 from livekit.agents import (
     APIConnectOptions,
@@ -21,7 +23,7 @@ from livekit.agents.utils import is_given
 
 from .log import logger
 from .models.families import family_for
-from .models.profiles import ModelProfile, get_profile
+from .models.profiles import ModelProfile, as_profile
 from .options import TTSOptions, check_voice
 from .pipeline.chunking import ChunkerOptions
 from .pipeline.engine_options import draw_seed
@@ -32,7 +34,7 @@ from .pipeline.turn import Turn
 from .remote import RemoteClient
 from .settings import env_float, env_int
 from .streams import ChunkedStream, SynthesizeStream, _push_words, _VoiceOfStream
-from .validation import check_float, check_int
+from .validation import check_float, check_int, check_str
 from .voices.files import VoiceFile, is_voice_path, load_voice
 
 _PIPELINES: dict[tuple[str, object], Pipeline] = {}
@@ -118,10 +120,12 @@ class TTS(tts.TTS):
         self._remote: RemoteClient | None = None
         self._pipeline: Pipeline | None = None
         if base_url:
-            if isinstance(profile, (str, type(None))):
-                prof = get_profile(profile or os.environ.get("VEENA_PROFILE") or "veena")
-            else:
-                prof = profile
+            check_str("base_url", base_url)
+            if urlsplit(base_url).scheme not in ("ws", "wss", "http", "https"):
+                raise ValueError(f"base_url must be a ws:// or wss:// URL, got {base_url!r}")
+            if api_key is not None:
+                check_str("api_key", api_key)
+            prof = as_profile(profile or os.environ.get("VEENA_PROFILE") or "veena")
             self._remote = RemoteClient(base_url, api_key or os.environ.get("VEENA_API_KEY"))
             self._model_name = base_url
         else:
@@ -167,20 +171,33 @@ class TTS(tts.TTS):
                              else env_float("VEENA_STARTUP_TIMEOUT_S", 600.0)),
             voice_scope=voice_scope if is_given(voice_scope) else "call",
         )
-        self._validate(self._opts)
+        self._opts = self._checked(self._opts)
         self._call_globals: tuple[int, ...] | None = None
         self._call_seed: int | None = None
-        self._streams: "set[SynthesizeStream]" = set()
+        self._voice_epoch = 0
+        """Counts ``reset_voice()``: globals a stream captures after one are not the call's."""
+        self._streams: "weakref.WeakSet[SynthesizeStream]" = weakref.WeakSet()
         self._prewarm_task: asyncio.Task | None = None
 
-    def _validate(self, opts: TTSOptions) -> None:
-        """Every option by type and range (ValueError) before any engine work."""
-        opts.sampling(family_for(self._profile).default_sampling())
+    def _checked(self, opts: TTSOptions) -> TTSOptions:
+        """Every option by type and range (ValueError) before any engine work; numbers come
+        back as plain Python ones (a numpy int passes, but JSON and vLLM's msgspec take only
+        Python's own)."""
+        sampling = opts.sampling(family_for(self._profile).default_sampling())
         if opts.seed is not None:
             check_int("seed", opts.seed, 0, 2**63 - 1)
-        check_int("max_chunks_in_flight", opts.max_chunks_in_flight, 1, 64)
-        check_float("chunk_crossfade_ms", opts.chunk_crossfade_ms, 0.0, 1000.0)
-        check_float("startup_timeout", opts.startup_timeout, 0.0, lo_open=True)
+        opts = dataclasses.replace(
+            opts, temperature=float(sampling.temperature), top_p=float(sampling.top_p),
+            top_k=int(sampling.top_k), repetition_penalty=float(sampling.repetition_penalty),
+            max_tokens_per_chunk=(None if opts.max_tokens_per_chunk is None
+                                  else int(opts.max_tokens_per_chunk)),
+            seed=None if opts.seed is None else int(opts.seed),
+            max_chunks_in_flight=check_int("max_chunks_in_flight", opts.max_chunks_in_flight,
+                                           1, 64),
+            chunk_crossfade_ms=check_float("chunk_crossfade_ms", opts.chunk_crossfade_ms,
+                                           0.0, 1000.0),
+            startup_timeout=check_float("startup_timeout", opts.startup_timeout, 0.0,
+                                        lo_open=True))
         if not isinstance(opts.tokenizer, tokenize.SentenceTokenizer):
             raise ValueError("tokenizer must be a livekit.agents.tokenize.SentenceTokenizer, "
                              f"got {type(opts.tokenizer).__name__}")
@@ -190,6 +207,7 @@ class TTS(tts.TTS):
                              f"{type(opts.text_pacing).__name__}")
         if opts.voice_scope not in ("call", "turn"):
             raise ValueError(f"voice_scope must be 'call' or 'turn', got {opts.voice_scope!r}")
+        return opts
 
     @property
     def model(self) -> str:
@@ -249,9 +267,7 @@ class TTS(tts.TTS):
                 voice_file = load_voice(changes["voice"], self._profile)
                 changes["voice"] = voice_file.voice
             check_voice(self._profile, changes["voice"], voice_file)
-        opts = dataclasses.replace(self._opts, **changes)
-        self._validate(opts)
-        self._opts = opts
+        self._opts = self._checked(dataclasses.replace(self._opts, **changes))
         if "voice" in changes:
             self._voice_file = voice_file
             self.reset_voice()
@@ -274,6 +290,7 @@ class TTS(tts.TTS):
         ``update_options(voice=...)``."""
         self._call_globals = None
         self._call_seed = None
+        self._voice_epoch += 1
 
     def _call_voice(self, opts: TTSOptions) -> tuple[int, ...] | None:
         if self._voice_file is not None and self._voice_file.speaker_globals is not None:
@@ -304,10 +321,15 @@ class TTS(tts.TTS):
 
     def _keeper(self, opts: TTSOptions, stream: "_VoiceOfStream"):
         """What to do with the speaker globals a stream captures: note them on the stream,
-        and keep them as the call's voice (``voice_scope="call"``)."""
+        and keep them as the call's voice (``voice_scope="call"``) unless the voice was reset
+        since the stream started (``update_options(voice=...)`` while it spoke: its globals
+        are the old voice's)."""
+        epoch = self._voice_epoch
+
         def captured(speaker_globals: tuple[int, ...]) -> None:
             stream.speaker_globals = speaker_globals
-            self._keep_voice(opts, speaker_globals)
+            if epoch == self._voice_epoch:
+                self._keep_voice(opts, speaker_globals)
 
         return captured
 
@@ -369,7 +391,7 @@ class TTS(tts.TTS):
         self, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
     ) -> "SynthesizeStream":
         stream = SynthesizeStream(tts=self, conn_options=conn_options)
-        self._streams.add(stream)
+        self._streams.add(stream)  # weakly: a stream its owner dropped is not kept alive
         return stream
 
     async def aclose(self) -> None:

@@ -28,10 +28,14 @@ def is_int(value: Any) -> bool:
 
 
 def is_number(value: Any) -> bool:
-    """A finite int or float (not a bool, not NaN or infinity)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A finite real number, Python's or numpy's (not a bool, not NaN or infinity, not an
+    int past what a float holds: JSON's ints have no bound)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return False
-    return math.isfinite(value)
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:

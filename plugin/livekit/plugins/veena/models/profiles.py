@@ -450,6 +450,17 @@ def get_profile(name: str) -> ModelProfile:
         ) from None
 
 
+def as_profile(value: "str | ModelProfile") -> "ModelProfile":
+    """A profile given by name or as itself (any object with a ``codec`` and a
+    ``sample_rate``: a family of its own brings its own profile class); ValueError else."""
+    if isinstance(value, str):
+        return get_profile(value)
+    if not isinstance(getattr(value, "codec", None), str) or not hasattr(value, "sample_rate"):
+        raise ValueError(f"profile must be a profile name or a model profile, got "
+                         f"{type(value).__name__}")
+    return value
+
+
 def resolve_profile(model: str, profile: "str | ModelProfile | None" = None) -> "ModelProfile":
     """The profile a model is read with: the one given, else its folder's manifest, else
     ``VEENA_PROFILE``, else the profile whose ``model_ids`` name it (a hub id such as
@@ -457,7 +468,7 @@ def resolve_profile(model: str, profile: "str | ModelProfile | None" = None) -> 
     folder in Spark-TTS's layout (``LLM/`` beside ``BiCodec/``), else ``veena``."""
     prof = (profile or read_manifest(model).get("profile") or os.environ.get("VEENA_PROFILE")
             or _known_model(model) or ("spark" if _spark_layout(model) else "veena"))
-    return get_profile(prof) if isinstance(prof, str) else prof
+    return as_profile(prof)
 
 
 def _known_model(model: str) -> str | None:

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from ..settings import env_int
+from ..validation import check_int
 from .tags import TAG_PATTERN, partial_tag_start
 
 SENTENCE_ENDS = ".!?।॥"
@@ -52,6 +53,8 @@ class ChunkerOptions:
         ).validate()
 
     def validate(self) -> "ChunkerOptions":
+        for name in ("first_min_chars", "first_max_chars", "min_chars", "max_chars"):
+            check_int(f"chunker {name}", getattr(self, name), 1, 1 << 20)
         if not 1 <= self.first_min_chars <= self.first_max_chars <= self.max_chars:
             raise ValueError("chunker sizes must satisfy 1 <= first_min <= first_max <= max_chars")
         if not 1 <= self.min_chars <= self.max_chars:

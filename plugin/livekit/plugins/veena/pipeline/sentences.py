@@ -20,6 +20,8 @@ class SentenceTokenizer(tokenize.SentenceTokenizer):
     """The chunker as a livekit-agents tokenizer: a short first piece, then sentences."""
 
     def __init__(self, options: ChunkerOptions | None = None) -> None:
+        if options is not None and not isinstance(options, ChunkerOptions):
+            raise ValueError(f"chunker must be a ChunkerOptions, got {type(options).__name__}")
         self.options = (options or ChunkerOptions.from_env()).validate()
 
     def tokenize(self, text: str, *, language: str | None = None) -> list[str]:
