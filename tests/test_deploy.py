@@ -15,7 +15,9 @@ from livekit.plugins.veena.server.metrics import ServerMetrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-EXTERNAL_VARS = {"HF_HOME"}  # the Hugging Face cache, not ours
+EXTERNAL_VARS = {"HF_HOME", "HF_ENDPOINT"}  # the Hugging Face hub's, not ours
+_ENV_READ = re.compile(r"(?:env_\w+|os\.environ\.get|os\.getenv)\(\s*\"([A-Z][A-Z0-9_]+)\"|"
+                       r"os\.environ\[\"([A-Z][A-Z0-9_]+)\"\]")
 
 
 def _env_example() -> dict[str, str]:
@@ -45,6 +47,23 @@ def test_every_environment_variable_is_documented():
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     named |= set(re.findall(r"\b(VEENA_[A-Z_]+)=", dockerfile))
     assert named - EXTERNAL_VARS <= documented, sorted(named - EXTERNAL_VARS - documented)
+
+
+def _code() -> str:
+    return "\n".join(p.read_text() for folder in ("plugin", "agent")
+                     for p in sorted((ROOT / folder).rglob("*.py")))
+
+
+def test_every_variable_the_code_reads_is_in_env_example_and_every_one_there_is_read():
+    code = _code()
+    documented = set(_env_example())
+    read = {a or b for a, b in _ENV_READ.findall(code)}
+    assert read - EXTERNAL_VARS <= documented, sorted(read - EXTERNAL_VARS - documented)
+    # a name may be put together in the code (the window options: f"{prefix}_FIRST")
+    literals = set(re.findall(r"\"([A-Z][A-Z0-9_]+)\"", code))
+    unread = {k for k in documented if not k.startswith("LIVEKIT_")  # livekit-agents reads those
+              and k not in literals and not any(k.startswith(p + "_") for p in literals)}
+    assert not unread, sorted(unread)
 
 
 def test_commands_ports_and_routes_exist():

@@ -132,9 +132,9 @@ def test_cli_and_plugin_entry_points(tmp_path, tiny_model_dir, monkeypatch):
                             tiny_model_dir], env=env, capture_output=True, text=True, timeout=120)
     assert local.returncode == 0 and local.stdout.split() == [tiny_model_dir]
     flag = subprocess.run([sys.executable, "-m", "livekit.plugins.veena.cli", "download",
-                           "--model", tiny_model_dir], env=env, capture_output=True, text=True,
-                          timeout=120)  # spelled as say and serve take it
-    assert flag.returncode == 0 and flag.stdout.split() == [tiny_model_dir]
+                           "--model", tiny_model_dir, "-v"], env=env, capture_output=True,
+                          text=True, timeout=120)  # spelled as say and serve take it; -v last
+    assert flag.returncode == 0 and flag.stdout.split() == [tiny_model_dir], flag.stderr
     both = subprocess.run([sys.executable, "-m", "livekit.plugins.veena.cli", "download",
                            tiny_model_dir, "--model", "nobody/nothing"], env=env,
                           capture_output=True, text=True, timeout=120)

@@ -220,6 +220,68 @@ async def test_connections_past_veena_max_connections_are_refused_at_the_handsha
             pass
 
 
+# --- VEENA_MAX_QUEUED_STREAMS=0, VEENA_CHUNK_CROSSFADE_MS, VEENA_MAX_CHUNKS_IN_FLIGHT -------
+
+async def test_veena_max_queued_streams_0_means_no_queue(monkeypatch):
+    """0 is a limit, not "the default" (it was read as unset: as many as may run)."""
+    monkeypatch.setenv("VEENA_MAX_ACTIVE_STREAMS", "1")
+    monkeypatch.setenv("VEENA_MAX_QUEUED_STREAMS", "0")
+    monkeypatch.setenv("VEENA_MAX_QUEUE_WAIT_S", "3600")  # a queued one would wait for good
+    async with fake_server(ServerOptions.from_env(), hold_after=3) as server:
+        holder = await RawWebSocket.connect(server.port)
+        await holder.send_together([speak("h", "Hold the only slot, please. ", False)])
+        await poll_until(lambda: server.engine.live, "the slot held", polls=GUARD_POLLS)
+        async with aiohttp.ClientSession() as s:
+            async def refused() -> None:
+                async with s.post(server.url + "/v1/audio/speech",
+                                  json={"input": "Me too."}) as r:
+                    assert r.status == 503
+                    assert (await r.json())["error"]["code"] == "overloaded"
+
+            await asyncio.wait_for(refused(), 60)  # a hang guard only: it is refused at once
+        assert server.state.admission.queued == 0
+        await holder.close()
+        await poll_until(server.settled, "nothing left", polls=GUARD_POLLS)
+
+
+TWO_CHUNKS = "Hello there, my friend. And this second sentence is another chunk of the turn."
+
+
+async def _pcm_bytes(options: ServerOptions) -> int:
+    async with fake_server(options) as server, aiohttp.ClientSession() as s:
+        async with s.post(server.url + "/v1/audio/speech",
+                          json={"input": TWO_CHUNKS, "response_format": "pcm"}) as r:
+            assert r.status == 200
+            return len(await r.read())
+
+
+async def test_the_server_crossfades_chunks_by_veena_chunk_crossfade_ms(monkeypatch):
+    """The server's turns read it too (they always used 15 ms)."""
+    monkeypatch.setenv("VEENA_CHUNK_CROSSFADE_MS", "0")
+    plain = await _pcm_bytes(ServerOptions.from_env())
+    monkeypatch.setenv("VEENA_CHUNK_CROSSFADE_MS", "40")
+    faded = await _pcm_bytes(ServerOptions.from_env())
+    seam = 40 * 24 * 2  # one 40 ms crossfade at 24 kHz, int16
+    assert plain > faded and (plain - faded) % seam == 0, (plain, faded)
+
+
+@pytest.mark.parametrize("in_flight", [1, 2])
+async def test_the_server_generates_veena_max_chunks_in_flight_chunks_at_once(monkeypatch,
+                                                                             in_flight):
+    monkeypatch.setenv("VEENA_MAX_CHUNKS_IN_FLIGHT", str(in_flight))
+    async with fake_server(ServerOptions.from_env(), hold_after=3) as server:
+        ws = await RawWebSocket.connect(server.port)
+        await ws.send_together([speak("c", TWO_CHUNKS, False)])
+        engine = server.engine
+        await poll_until(lambda: len(engine.live) >= in_flight, "the chunks started",
+                         polls=GUARD_POLLS)
+        for _ in range(200):  # the turn had every chance to start its next chunk
+            await asyncio.sleep(0)
+        assert len(engine.live) == in_flight
+        await ws.close()
+        await poll_until(server.settled, "nothing left", polls=GUARD_POLLS)
+
+
 # --- POST /v1/audio/speech: X-Sample-Rate, streamed WAV header, seed -------------------------
 
 async def test_a_streamed_wav_says_its_rate_and_carries_the_unknown_length_header():

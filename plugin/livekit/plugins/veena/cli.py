@@ -242,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                             "memory share, each worker one of its front ends (default "
                             "VEENA_SHARED_ENGINE, off)")
 
+    # -v anywhere on the line, as scripts/veena-tts.sh takes it (SUPPRESS: a subcommand's
+    # default must not undo a -v given before it)
+    for command in [*sub.choices.values(), *voice_sub.choices.values()]:
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
     started = time.perf_counter()

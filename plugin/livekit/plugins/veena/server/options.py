@@ -56,6 +56,10 @@ class ServerOptions:
     max_voice_upload_bytes: int = 12 << 20
     """POST /v1/voices: the largest reference clip accepted (30 s of 48 kHz stereo float
     is 11.5 MB)."""
+    chunk_crossfade_ms: float = 15.0
+    """Crossfade between the audio of a turn's consecutive text chunks (as the plugin's)."""
+    max_chunks_in_flight: int = 2
+    """Chunks of one turn generating at once (2: the next generates while this one plays)."""
     chunker: ChunkerOptions = ChunkerOptions()
 
     @property
@@ -67,10 +71,6 @@ class ServerOptions:
 
     @classmethod
     def from_env(cls) -> "ServerOptions":
-        def optional_int(name: str) -> int | None:
-            value = env_int(name, 0)
-            return value or None
-
         return cls(
             api_key=env_str("VEENA_API_KEY", "") or None,
             max_message_bytes=env_int("VEENA_MAX_MESSAGE_BYTES", cls.max_message_bytes),
@@ -78,8 +78,8 @@ class ServerOptions:
             max_contexts_per_connection=env_int("VEENA_MAX_CONTEXTS_PER_CONNECTION",
                                                 cls.max_contexts_per_connection),
             max_connections=env_int("VEENA_MAX_CONNECTIONS", cls.max_connections),
-            max_active_streams=optional_int("VEENA_MAX_ACTIVE_STREAMS"),
-            max_queued_streams=optional_int("VEENA_MAX_QUEUED_STREAMS"),
+            max_active_streams=env_int("VEENA_MAX_ACTIVE_STREAMS", None),  # empty: derived
+            max_queued_streams=env_int("VEENA_MAX_QUEUED_STREAMS", None),  # 0: no queue
             max_queue_wait_s=env_float("VEENA_MAX_QUEUE_WAIT_S", cls.max_queue_wait_s),
             turn_timeout_s=env_float("VEENA_TURN_TIMEOUT_S", cls.turn_timeout_s),
             context_idle_s=env_float("VEENA_CONTEXT_IDLE_S", cls.context_idle_s),
@@ -95,6 +95,8 @@ class ServerOptions:
             max_voice_upload_bytes=env_int("VEENA_MAX_VOICE_UPLOAD_BYTES",
                                            cls.max_voice_upload_bytes),
             chunker=ChunkerOptions.from_env(),
+            chunk_crossfade_ms=env_float("VEENA_CHUNK_CROSSFADE_MS", cls.chunk_crossfade_ms),
+            max_chunks_in_flight=env_int("VEENA_MAX_CHUNKS_IN_FLIGHT", cls.max_chunks_in_flight),
         ).validate()
 
     def validate(self) -> "ServerOptions":
@@ -109,6 +111,8 @@ class ServerOptions:
                      "heartbeat_s", "keepalive_s"):
             check_float(name, getattr(self, name), 0.0, lo_open=True)
         check_float("engine_dead_exit_s", self.engine_dead_exit_s, 0.0)
+        check_float("chunk_crossfade_ms", self.chunk_crossfade_ms, 0.0, 1000.0)
+        check_int("max_chunks_in_flight", self.max_chunks_in_flight, 1, 64)
         return self
 
     def admission(self, max_num_seqs: int) -> AdmissionOptions:

@@ -168,5 +168,7 @@ def turn_options(state: ServerState, voice: Any, sampling: Any, seed: Any,
     if seed is not None:
         check_int("seed", seed, 0, 2**63 - 1)
     return TurnOptions(voice=voice, sampling=s, seed=seed, speaker_globals=globals_,
+                       chunk_crossfade_ms=state.options.chunk_crossfade_ms,
+                       max_chunks_in_flight=state.options.max_chunks_in_flight,
                        timeout=state.options.turn_timeout_s,
                        startup_timeout=pipeline.engine.options.startup_timeout_s)
