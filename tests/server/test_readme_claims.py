@@ -199,6 +199,31 @@ async def test_a_stream_without_progress_ends_with_timeout():
         await poll_until(server.idle, "the stalled request freed", polls=GUARD_POLLS)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_http_speech_without_progress_is_a_timeout_not_a_client_that_left(stream,
+                                                                                  caplog):
+    """A turn's timeout is a ``TimeoutError`` too: it was taken for a client that stopped
+    reading (499, counted aborted and cancelled; a streamed one logged a traceback)."""
+    async with fake_server(ServerOptions(turn_timeout_s=0.2), hold_after=2) as server, \
+            aiohttp.ClientSession() as s:
+        async with s.post(server.url + "/v1/audio/speech", json={
+                "input": "Hello there.", "response_format": "pcm", "stream": stream}) as r:
+            if stream:  # the stream is cut: its last chunk never comes
+                assert r.status == 200
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await r.read()
+            else:
+                assert r.status == 504
+                assert (await r.json())["error"] == {
+                    "code": "timeout", "message": "no progress from the engine for 0.2 s",
+                    "retryable": True}
+        assert await metric(s, server.url, 'veena_requests_total{outcome="timeout"}') == 1
+        assert await metric(s, server.url, 'veena_requests_total{outcome="cancelled"}') == 0
+        assert await metric(s, server.url, "veena_aborted_requests_total") == 0
+        await poll_until(server.settled, "nothing left", polls=GUARD_POLLS)
+    assert not [r for r in caplog.records if r.levelno >= 40], caplog.text
+
+
 # --- VEENA_MAX_CONNECTIONS -------------------------------------------------------------------
 
 async def test_connections_past_veena_max_connections_are_refused_at_the_handshake(monkeypatch):

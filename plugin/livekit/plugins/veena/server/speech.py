@@ -30,7 +30,7 @@ from ..models.profiles import check_description
 from ..pipeline.chunking import chunk_text
 from ..pipeline.engine import EngineError
 from ..pipeline.stitching import to_int16
-from ..pipeline.turn import Turn, TurnOptions
+from ..pipeline.turn import Turn, TurnOptions, TurnTimeout
 from ..protocol import ERROR_CODES, ProtocolError
 from ..validation import UNLOADABLE_JSON, check_bool, check_str, is_number
 from .admission import Overloaded
@@ -192,6 +192,14 @@ async def read_json(request: web.Request) -> Any | web.Response:
         return json_error("bad_request", f"the body could not be read: {e}")
 
 
+def _client_left(error: BaseException | None) -> bool:
+    """The client went away or stopped reading (a write that failed or timed out), as
+    opposed to the turn failing: a ``TurnTimeout`` is a ``TimeoutError`` too, but it is the
+    engine's stall, answered with ``timeout``."""
+    return (isinstance(error, (ConnectionError, asyncio.TimeoutError))
+            and not isinstance(error, TurnTimeout))
+
+
 async def speech(request: web.Request) -> web.StreamResponse:
     """``POST /v1/audio/speech``: validate, then run the work while the client is there."""
     state = server_state(request)
@@ -219,7 +227,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
             work.cancel()
             await asyncio.wait({work}, timeout=CLIENT_CHECK_S)
     error = None if work.cancelled() else work.exception()
-    if work.cancelled() or isinstance(error, (ConnectionError, asyncio.TimeoutError)):
+    if work.cancelled() or _client_left(error):
         # the client left or stopped reading (counted as aborted): nobody hears an answer
         if request.transport is not None:
             request.transport.abort()
@@ -301,17 +309,25 @@ async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
         if req.sse and response is not None:
             await asyncio.wait_for(response.write(_AUDIO_DONE), state.options.slow_client_s)
         metrics.finished.labels("done").inc()
-    except (asyncio.CancelledError, ConnectionError, asyncio.TimeoutError):
+    except asyncio.CancelledError:
         metrics.aborted.inc()
         metrics.finished.labels("cancelled").inc()
         raise
     except Exception as e:
+        if _client_left(e):
+            metrics.aborted.inc()
+            metrics.finished.labels("cancelled").inc()
+            raise
         code = error_code(e)
         metrics.finished.labels(code).inc()
         logger.warning("speech request failed: %r", e)
         if response is None:
             return json_error(code, str(e) or repr(e))
-        raise
+        # mid-stream: the stream is cut without its last chunk, which tells the client it
+        # failed (logged above, once: not as aiohttp's "Error handling request" traceback)
+        if request.transport is not None:
+            request.transport.abort()
+        return response
     finally:
         if getter is not None:
             getter.cancel()  # a client that left leaves it waiting for audio otherwise
