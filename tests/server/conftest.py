@@ -40,9 +40,10 @@ async def metric(session, url: str, name: str) -> float:
 
 
 @contextlib.asynccontextmanager
-async def serve_app(pipeline, options: ServerOptions):
-    """An in-process server on a free loopback port over ``pipeline``; yields (URL, app)."""
-    app = create_app(pipeline, options, own_pipeline=False)
+async def serve_app(pipeline, options: ServerOptions, own_pipeline: bool = False):
+    """An in-process server on a free loopback port over ``pipeline``; yields (URL, app).
+    ``own_pipeline``: the app starts the pipeline itself, as ``veena-tts serve`` does."""
+    app = create_app(pipeline, options, own_pipeline=own_pipeline)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

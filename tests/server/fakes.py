@@ -60,6 +60,13 @@ class FakeEngine:
     def remove_dead_listener(self, listener: Callable[[str], None]) -> None:
         self._dead_listeners.remove(listener)
 
+    def mark_dead(self, reason: str) -> None:
+        """As ``VllmEngine.mark_dead``: dead for good, listeners told once."""
+        if self.health.state != "dead":
+            self.health = EngineHealth("dead", reason)
+            for listener in list(self._dead_listeners):
+                listener(reason)
+
     def new_request_id(self, prefix: str = "fake") -> str:
         return f"{prefix}-{next(self._ids)}"
 

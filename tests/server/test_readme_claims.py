@@ -17,21 +17,21 @@ import sys
 import aiohttp
 import numpy as np
 import pytest
-from aiohttp import web
 
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.chunking import ChunkerOptions
 from livekit.plugins.veena.pipeline.engine import (
     EngineError,
     EngineHealth,
+    EngineOptions,
     EngineStartingError,
 )
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.remote import FLUSH, RemoteClient
 from livekit.plugins.veena.server import app as app_module
-from livekit.plugins.veena.server.app import ServerOptions, create_app
+from livekit.plugins.veena.server.app import ServerOptions
 
-from .conftest import _free_port, metric, poll_until, serve
+from .conftest import _free_port, metric, poll_until, serve, serve_app
 from .fakes import FakeEngine, SilentCodec, fake_pipeline, fake_server
 from .rawws import RawWebSocket, text_frame
 from .test_contexts import Reader, speak
@@ -416,13 +416,7 @@ class _SlowStartEngine(FakeEngine):
 async def test_ready_answers_503_while_the_engine_starts_and_200_once_it_has():
     engine = _SlowStartEngine()
     p = Pipeline(engine, SilentCodec(), VEENA, PipelineOptions())
-    app = create_app(p, ServerOptions(), own_pipeline=True)  # starts its pipeline itself
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-    try:
+    async with serve_app(p, ServerOptions(), own_pipeline=True) as (url, _app):
         async with aiohttp.ClientSession() as s:
             async with s.get(url + "/ready") as r:
                 assert r.status == 503 and (await r.json())["status"] == "starting"
@@ -435,8 +429,6 @@ async def test_ready_answers_503_while_the_engine_starts_and_200_once_it_has():
                     return r.status == 200
             await poll_until(ready, "/ready 200 after the start", polls=GUARD_POLLS)
             assert await metric(s, url, "veena_engine_up") == 1
-    finally:
-        await runner.cleanup()
 
 
 def test_serve_exits_3_when_the_engine_fails_to_start(monkeypatch):
@@ -452,7 +444,33 @@ def test_serve_exits_3_when_the_engine_fails_to_start(monkeypatch):
     monkeypatch.setattr(app_module.Pipeline, "from_model", staticmethod(from_model))
     assert app_module.run_server("fake", profile=None, host="127.0.0.1",
                                  port=_free_port()) == app_module.ENGINE_DEAD_EXIT_CODE == 3
-    assert made[0].engine.health.state == "failed"
+    assert made[0].engine.health.state == "dead"  # failed to start: dead for good
+
+
+async def test_after_a_failed_start_requests_are_refused_and_start_nothing(monkeypatch):
+    """The server is stopping after its engine's start failed: a request meanwhile is
+    refused with ``engine_dead`` and the exit code stays 3 (it started a second vLLM load,
+    on the GPU that had just failed, and the server then exited 0)."""
+    from livekit.plugins.veena.pipeline.engine import VllmEngine
+
+    builds = []
+
+    def build(self):  # stands in for vLLM's engine build: a failure such as CUDA OOM
+        builds.append(1)
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(VllmEngine, "_build", build)
+    engine = VllmEngine(EngineOptions(model="fake", max_model_len=4096, max_num_seqs=4))
+    p = Pipeline(engine, SilentCodec(), VEENA, PipelineOptions())
+    async with serve_app(p, ServerOptions(engine_dead_exit_s=3600), own_pipeline=True) as (
+            url, _app), aiohttp.ClientSession() as s:
+        await poll_until(lambda: engine.health.state == "dead", "the start failed",
+                         polls=GUARD_POLLS)
+        async with s.post(url + "/v1/audio/speech", json={"input": "Hello."}) as r:
+            assert r.status == 503 and (await r.json())["error"]["code"] == "engine_dead"
+        async with s.get(url + "/health") as r:
+            assert r.status == 503
+    assert builds == [1] and engine.health.state == "dead"
 
 
 # --- metric values after one stream ----------------------------------------------------------

@@ -85,6 +85,9 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
                 logger.info("stopped while the engine was starting")
             except Exception as e:
                 logger.error("the engine failed to start: %s", e)
+                # for good: a request meanwhile must not start a second load on the GPU
+                # that just failed, nor leave the exit looking clean (dead: exit code 3)
+                pipeline.engine.mark_dead(f"start failed: {e}")
                 stop_later(f"start failed: {e}")
 
         _app[WARM_KEY] = asyncio.create_task(start())
