@@ -33,6 +33,7 @@ class Reader:
         self.events: list[dict] = []
         self.audio: dict[str, int] = {}
         self.closed = False
+        self.close_code: int | None = None
         self._task = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
@@ -46,6 +47,7 @@ class Reader:
                     self.events.append(json.loads(data))
                 elif op == 0x8:
                     self.closed = True
+                    self.close_code = int.from_bytes(data[:2], "big") if data else None
                     return
         except (asyncio.IncompleteReadError, ConnectionError):
             self.closed = True

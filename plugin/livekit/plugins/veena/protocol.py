@@ -85,6 +85,7 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "engine_error": ErrorCode(502, True),
     "timeout": ErrorCode(504, True),
     "internal_error": ErrorCode(500, True),
+    "shutting_down": ErrorCode(503, True),
     # the engine is gone: this replica will not recover (its supervisor replaces it)
     "engine_dead": ErrorCode(503, False),
 }

@@ -62,6 +62,10 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
         state.metrics.close()
         state.close()
 
+    async def drain(_app: web.Application) -> None:
+        await state.drain()
+
+    app.on_shutdown.append(drain)
     app.on_cleanup.append(detach)
 
     stopping = False
@@ -133,7 +137,9 @@ def run_server(model: str, *, profile: str | None, host: str, port: int,
 
         app.on_startup.append(listen_when_ready)
     logger.info("serving", extra={"model": model, "host": host, "port": port})
-    web.run_app(app, host=host, port=port, print=None, reuse_port=reuse_port or None)
+    # aiohttp then waits for the HTTP requests still running as long as the drain may take
+    web.run_app(app, host=host, port=port, print=None, reuse_port=reuse_port or None,
+                shutdown_timeout=app[STATE_KEY].options.drain_s + 2.0)
     if pipeline.engine.health.state in ("dead", "failed"):
         return ENGINE_DEAD_EXIT_CODE
     return 0

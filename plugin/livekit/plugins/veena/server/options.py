@@ -56,6 +56,10 @@ class ServerOptions:
     max_voice_upload_bytes: int = 12 << 20
     """POST /v1/voices: the largest reference clip accepted (30 s of 48 kHz stereo float
     is 11.5 MB)."""
+    drain_s: float = 20.0
+    """On SIGTERM: how long contexts and requests that have all their text may go on
+    speaking before they are cut (within ``VEENA_WORKER_STOP_S`` and Kubernetes' default 30 s
+    grace period)."""
     chunk_crossfade_ms: float = 15.0
     """Crossfade between the audio of a turn's consecutive text chunks (as the plugin's)."""
     max_chunks_in_flight: int = 2
@@ -91,6 +95,7 @@ class ServerOptions:
             heartbeat_s=env_float("VEENA_WS_HEARTBEAT_S", cls.heartbeat_s),
             keepalive_s=env_float("VEENA_KEEPALIVE_S", cls.keepalive_s),
             engine_dead_exit_s=env_float("VEENA_ENGINE_DEAD_EXIT_S", cls.engine_dead_exit_s),
+            drain_s=env_float("VEENA_DRAIN_S", cls.drain_s),
             voices_dir=env_str("VEENA_VOICES_DIR", "") or None,
             max_voice_upload_bytes=env_int("VEENA_MAX_VOICE_UPLOAD_BYTES",
                                            cls.max_voice_upload_bytes),
@@ -111,6 +116,7 @@ class ServerOptions:
                      "heartbeat_s", "keepalive_s"):
             check_float(name, getattr(self, name), 0.0, lo_open=True)
         check_float("engine_dead_exit_s", self.engine_dead_exit_s, 0.0)
+        check_float("drain_s", self.drain_s, 0.0)
         check_float("chunk_crossfade_ms", self.chunk_crossfade_ms, 0.0, 1000.0)
         check_int("max_chunks_in_flight", self.max_chunks_in_flight, 1, 64)
         return self

@@ -5,8 +5,9 @@ protocol codes, one validation of what a client asks a turn to do."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
@@ -28,6 +29,7 @@ from .metrics import ServerMetrics
 from .options import ServerOptions
 
 STATE_KEY = web.AppKey("veena_state", object)
+logger = logging.getLogger(__name__)
 
 
 class ServerState:
@@ -45,6 +47,10 @@ class ServerState:
         """Every WebSocket context (``contexts.Context``) whose task has not ended, over all
         connections (kept here, not typed by it: contexts depend on this state, not back)."""
         self.connections = 0
+        self.stopping = False
+        """The server is stopping (SIGTERM): no new stream or context is taken."""
+        self.goodbyes: set[Callable[[], Awaitable[None]]] = set()
+        """Per open WebSocket: send what is queued, then close it (1001), as the server stops."""
         self._keepalive: asyncio.TimerHandle | None = None
         self.voices: dict[str, VoiceFile] = (
             voices_in(options.voices_dir, pipeline.profile) if options.voices_dir else {})
@@ -102,7 +108,32 @@ class ServerState:
         health = self.pipeline.engine.health
         if health.state == "dead":
             return "engine_dead", f"the TTS engine is dead: {health.reason}"
+        if self.stopping:
+            return "shutting_down", "the server is stopping: try another replica"
         return None
+
+    async def drain(self) -> None:
+        """The server stops. aiohttp reads nothing more from any socket from now on, so a
+        context still open for text could never be finished: it ends at once with the
+        retryable ``shutting_down`` (its client sends the turn elsewhere); a context with all
+        its text speaks to its end, for up to ``drain_s``; then each socket sends what it
+        has queued and closes with 1001 (going away)."""
+        self.stopping = True
+        for ctx in list(self.contexts):
+            if ctx.status == "open":
+                ctx.fail("shutting_down", "the server is stopping before this context's "
+                         "text ended: send the turn again elsewhere")
+        tasks = [ctx.task for ctx in self.contexts]
+        if tasks:
+            logger.info("draining: %d contexts speak to their end", len(tasks))
+            await asyncio.wait(tasks, timeout=self.options.drain_s)
+        for ctx in list(self.contexts):
+            ctx.fail("shutting_down", f"the server stopped after {self.options.drain_s:g} s "
+                     "of draining (VEENA_DRAIN_S)")
+        tasks = [ctx.task for ctx in self.contexts]
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+        await asyncio.gather(*(goodbye() for goodbye in list(self.goodbyes)))
 
     def on_engine_dead(self, reason: str) -> None:
         self.metrics.engine_up.set(0)

@@ -11,7 +11,7 @@ import socket
 import struct
 from typing import Callable, Iterable
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from ..protocol import (
     ClientMessage,
@@ -326,6 +326,18 @@ async def stream(request: web.Request) -> web.StreamResponse:
 
     out.send_now = send_now
     write_task = asyncio.create_task(writer(), name="veena-ws-writer")
+
+    async def goodbye() -> None:
+        """The server stops: what is queued (its contexts' terminal events) goes out, then
+        the socket closes with 1001 (nothing more can be read from it: see ``drain``)."""
+        out.end()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(asyncio.shield(write_task), opts.slow_client_s)
+        with contextlib.suppress(asyncio.CancelledError, Exception):  # no close reply comes
+            await asyncio.wait_for(ws.close(code=WSCloseCode.GOING_AWAY,
+                                            message=b"server stopping"), 1.0)
+
+    state.goodbyes.add(goodbye)
     try:
         async for msg in ws:
             if msg.type == WSMsgType.BINARY:
@@ -342,6 +354,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
             except ProtocolError as e:
                 out.put(e.event())
     finally:
+        state.goodbyes.discard(goodbye)
         state.connections -= 1
         state.metrics.connections.dec()
         await conn.close()
