@@ -8,6 +8,7 @@ import json
 import weakref
 
 import numpy as np
+import pytest
 from aiohttp import web
 from livekit.agents import APIConnectOptions
 from livekit.plugins import veena
@@ -15,7 +16,7 @@ from livekit.plugins import veena
 from livekit.plugins.veena.protocol import encode_audio
 from livekit.plugins.veena.server.app import ServerOptions
 
-from .fakes import fake_server
+from .fakes import fake_pipeline, fake_server
 
 TEXT = "Hello there. This is one whole turn."
 
@@ -101,10 +102,12 @@ class _VoiceServer:
         return ws
 
 
-async def test_globals_captured_after_a_voice_change_are_not_the_new_voices():
-    """``update_options(voice=...)`` while a stream of the old voice still captures: its
-    globals are that stream's, not the call's new voice (before, every later stream spoke
-    the new voice name with the old voice's timbre)."""
+@pytest.mark.parametrize("when", ["while it speaks", "before its task ran"])
+async def test_globals_captured_after_a_voice_change_are_not_the_new_voices(when):
+    """``update_options(voice=...)`` while a stream of the old voice still captures (or
+    before its task first ran: its options were taken when it was made): its globals are
+    that stream's, not the call's new voice (before, every later stream spoke the new voice
+    name with the old voice's timbre)."""
     script = _VoiceServer()
     app = web.Application()
     app.router.add_get("/ready", script.ready)
@@ -117,11 +120,15 @@ async def test_globals_captured_after_a_voice_change_are_not_the_new_voices():
     tts_ = veena.TTS(base_url=f"ws://127.0.0.1:{port}", profile="veena3", voice="kavya")
     try:
         old = tts_.stream(conn_options=APIConnectOptions(max_retry=0, timeout=30))
+        if when == "before its task ran":
+            tts_.update_options(voice="meera")
         old.push_text(TEXT)
         old.end_input()
         hearing = asyncio.create_task(_heard(old))
         await asyncio.wait_for(script.asked.wait(), 60)  # a hang guard only
-        tts_.update_options(voice="meera")
+        assert script.first_messages[-1]["voice"] == "kavya"
+        if when == "while it speaks":
+            tts_.update_options(voice="meera")
         script.release.set()
         assert await asyncio.wait_for(hearing, 60) > 0
         assert old.speaker_globals == (7,) * 32  # the old stream spoke with its own
@@ -159,3 +166,30 @@ async def test_a_stream_the_agent_dropped_is_not_kept_alive():
         assert [r() for r in refs] == [None, None]
     finally:
         await tts_.aclose()
+
+
+async def test_a_reply_of_tags_the_model_does_not_perform_is_a_quiet_turn():
+    """All its text removed, a turn says nothing: a moment of silence, not livekit's "no
+    audio frames were pushed" (retried, then unrecoverable: an AgentSession closes after a
+    few), in both modes."""
+    async with fake_pipeline() as p, fake_server(ServerOptions()) as server:
+        for tts_ in (veena.TTS(pipeline=p), veena.TTS(base_url=server.ws_url)):
+            errors = []
+            tts_.on("error", errors.append)
+            try:
+                for speak in ("stream", "synthesize"):
+                    if speak == "stream":
+                        stream = tts_.stream(conn_options=APIConnectOptions(max_retry=0))
+                        stream.push_text("<happy> <sigh>")
+                        stream.end_input()
+                    else:
+                        stream = tts_.synthesize("<happy>",
+                                                 conn_options=APIConnectOptions(max_retry=0))
+                    heard = await asyncio.wait_for(_heard(stream), 60)
+                    assert 0 < heard <= 2 * 24000 // 50, heard  # at most 20 ms of silence
+                empty = tts_.stream(conn_options=APIConnectOptions(max_retry=0))
+                empty.end_input()  # no text at all: nothing, not even silence
+                assert await asyncio.wait_for(_heard(empty), 60) == 0
+            finally:
+                await tts_.aclose()
+            assert errors == []

@@ -32,12 +32,13 @@ class StreamOwner(Protocol):
     """What a stream asks of the ``veena.TTS`` that made it (this module never imports it)."""
 
     _opts: TTSOptions
+    _voice_epoch: int
     remote: RemoteClient | None
 
     async def _learn_sample_rate(self, timeout: float) -> int: ...
 
     async def _speak_remote(self, opts: TTSOptions, texts: Any, emitter: tts.AudioEmitter,
-                            timeout: float, stream: Any, on_started: Any = ...) -> None: ...
+                            timeout: float, stream: Any, on_started: Any = ...) -> bool: ...
 
     def _new_turn(self, opts: TTSOptions, timeout: float, stream: Any,
                   emitter: tts.AudioEmitter) -> Turn: ...
@@ -48,6 +49,13 @@ def _push_words(emitter: tts.AudioEmitter, words) -> None:
     if words:
         emitter.push_timed_transcript(
             [TimedString(text, start_time=a, end_time=b) for text, a, b in words])
+
+
+def _say_nothing(emitter: tts.AudioEmitter, sample_rate: int) -> None:
+    """10 ms of silence for a turn with nothing to say (its text held only tags the model
+    does not perform): livekit counts a turn without audio as a failed attempt, retries it,
+    and an AgentSession ends after a few such failures."""
+    emitter.push(bytes(2 * (sample_rate // 100)))
 
 
 def _map_error(e: BaseException, audio_pushed: bool) -> APIError:
@@ -68,6 +76,9 @@ class _VoiceOfStream:
     seed: int | None = None
     """The seed this stream spoke with, once known (through a server: where the plugin chose
     it, i.e. given, a voice file's or the call's; else the server draws one)."""
+    voice_epoch = 0
+    """Its TTS's ``reset_voice`` count when it was made, with its options: a stream of an
+    older voice neither uses nor keeps the call's voice."""
 
 
 class ChunkedStream(_VoiceOfStream, tts.ChunkedStream):
@@ -77,13 +88,12 @@ class ChunkedStream(_VoiceOfStream, tts.ChunkedStream):
         super().__init__(tts=tts, input_text=input_text, conn_options=conn_options)
         self._tts: StreamOwner = tts
         self._opts = dataclasses.replace(tts._opts)
+        self.voice_epoch = tts._voice_epoch
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        output_emitter.initialize(
-            request_id=utils.shortuuid(),
-            sample_rate=await self._tts._learn_sample_rate(self._conn_options.timeout),
-            num_channels=1, mime_type="audio/pcm", stream=False,
-        )
+        rate = await self._tts._learn_sample_rate(self._conn_options.timeout)
+        output_emitter.initialize(request_id=utils.shortuuid(), sample_rate=rate,
+                                  num_channels=1, mime_type="audio/pcm", stream=False)
         if self._tts.remote is not None:
             async def whole():
                 if self._opts.server_chunks:
@@ -93,8 +103,10 @@ class ChunkedStream(_VoiceOfStream, tts.ChunkedStream):
                     yield piece
                     yield FLUSH
 
-            await self._tts._speak_remote(self._opts, whole(), output_emitter,
-                                          self._conn_options.timeout, self)
+            if not await self._tts._speak_remote(self._opts, whole(), output_emitter,
+                                                 self._conn_options.timeout, self) \
+                    and self._input_text.strip():
+                _say_nothing(output_emitter, rate)
             output_emitter.flush()
             return
         push = lambda pcm: output_emitter.push(to_int16(pcm).tobytes())  # noqa: E731
@@ -111,6 +123,8 @@ class ChunkedStream(_VoiceOfStream, tts.ChunkedStream):
             raise
         except Exception as e:
             raise _map_error(e, turn.audio_pushed) from e
+        if not turn.audio_pushed and self._input_text.strip():
+            _say_nothing(output_emitter, rate)
         output_emitter.flush()
 
 
@@ -121,18 +135,24 @@ class SynthesizeStream(_VoiceOfStream, tts.SynthesizeStream):
         super().__init__(tts=tts, conn_options=conn_options)
         self._tts: StreamOwner = tts
         self._opts = dataclasses.replace(tts._opts)
+        self.voice_epoch = tts._voice_epoch
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         request_id = utils.shortuuid()
-        output_emitter.initialize(
-            request_id=request_id,
-            sample_rate=await self._tts._learn_sample_rate(self._conn_options.timeout),
-            num_channels=1, mime_type="audio/pcm", stream=True,
-        )
+        rate = await self._tts._learn_sample_rate(self._conn_options.timeout)
+        output_emitter.initialize(request_id=request_id, sample_rate=rate, num_channels=1,
+                                  mime_type="audio/pcm", stream=True)
         output_emitter.start_segment(segment_id=utils.shortuuid())
+        given = False  # any text at all (an empty reply says nothing, not even silence)
+
         async def deltas():
+            nonlocal given
             async for data in self._input_ch:
-                yield None if isinstance(data, self._FlushSentinel) else data
+                if isinstance(data, self._FlushSentinel):
+                    yield None
+                    continue
+                given = given or bool(data.strip())
+                yield data
 
         # every piece of the stream goes into this one segment: a flush only forces out
         # what the tokenizer holds, it never opens a second segment
@@ -148,9 +168,10 @@ class SynthesizeStream(_VoiceOfStream, tts.SynthesizeStream):
                     yield FLUSH
 
             async with contextlib.aclosing(texts):
-                await self._tts._speak_remote(self._opts, remote_texts(), output_emitter,
-                                              self._conn_options.timeout, self,
-                                              self._mark_started)
+                if not await self._tts._speak_remote(self._opts, remote_texts(), output_emitter,
+                                                     self._conn_options.timeout, self,
+                                                     self._mark_started) and given:
+                    _say_nothing(output_emitter, rate)
             output_emitter.end_segment()
             return
         push = lambda pcm: output_emitter.push(to_int16(pcm).tobytes())  # noqa: E731
@@ -166,4 +187,6 @@ class SynthesizeStream(_VoiceOfStream, tts.SynthesizeStream):
         finally:
             logger.debug("stream turn closed", extra={"request_id": request_id,
                                                       "engine_requests": turn.request_ids})
+        if not turn.audio_pushed and given:
+            _say_nothing(output_emitter, rate)
         output_emitter.end_segment()

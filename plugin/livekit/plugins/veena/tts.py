@@ -292,7 +292,12 @@ class TTS(tts.TTS):
         self._call_seed = None
         self._voice_epoch += 1
 
-    def _call_voice(self, opts: TTSOptions) -> tuple[int, ...] | None:
+    def _call_voice(self, opts: TTSOptions, stream: "_VoiceOfStream"
+                    ) -> tuple[int, ...] | None:
+        """The globals ``stream`` speaks with: none for a stream made before the voice was
+        reset (it speaks its own voice, and captures it)."""
+        if stream.voice_epoch != self._voice_epoch:
+            return None
         if self._voice_file is not None and self._voice_file.speaker_globals is not None:
             return self._voice_file.speaker_globals
         return self._call_globals if opts.voice_scope == "call" else None
@@ -322,13 +327,11 @@ class TTS(tts.TTS):
     def _keeper(self, opts: TTSOptions, stream: "_VoiceOfStream"):
         """What to do with the speaker globals a stream captures: note them on the stream,
         and keep them as the call's voice (``voice_scope="call"``) unless the voice was reset
-        since the stream started (``update_options(voice=...)`` while it spoke: its globals
-        are the old voice's)."""
-        epoch = self._voice_epoch
-
+        since the stream was made (``update_options(voice=...)`` since: its options, and so
+        its globals, are the old voice's)."""
         def captured(speaker_globals: tuple[int, ...]) -> None:
             stream.speaker_globals = speaker_globals
-            if epoch == self._voice_epoch:
+            if stream.voice_epoch == self._voice_epoch:
                 self._keep_voice(opts, speaker_globals)
 
         return captured
@@ -337,7 +340,8 @@ class TTS(tts.TTS):
                   emitter: tts.AudioEmitter) -> Turn:
         """A turn with the call's voice (if any); the voice it captures is kept, and each
         chunk's words go out as timed transcripts."""
-        turn = Turn(self.pipeline, opts.turn(self.pipeline, timeout, self._call_voice(opts),
+        turn = Turn(self.pipeline, opts.turn(self.pipeline, timeout,
+                                             self._call_voice(opts, stream),
                                              self._seed_for(opts)))
         stream.speaker_globals = turn.speaker_globals
         stream.seed = turn.seed
@@ -348,14 +352,23 @@ class TTS(tts.TTS):
 
     async def _speak_remote(self, opts: TTSOptions, texts, emitter: tts.AudioEmitter,
                             timeout: float, stream: "_VoiceOfStream",
-                            on_started=lambda: None) -> None:
-        """One server context with the call's voice (if any); the voice it captures is kept."""
-        given = self._call_voice(opts)
+                            on_started=lambda: None) -> bool:
+        """One server context with the call's voice (if any); the voice it captures is kept.
+        Whether any audio came."""
+        given = self._call_voice(opts, stream)
         stream.speaker_globals = given
         stream.seed = self._seed_for(opts)
-        await self._remote.speak(texts, opts.remote_message(given, stream.seed), emitter.push,
+        heard = False
+
+        def push(pcm: bytes) -> None:
+            nonlocal heard
+            heard = True
+            emitter.push(pcm)
+
+        await self._remote.speak(texts, opts.remote_message(given, stream.seed), push,
                                  timeout, on_started, self._keeper(opts, stream),
                                  lambda words: _push_words(emitter, words))
+        return heard
 
     async def _learn_sample_rate(self, timeout: float) -> int:
         """In remote mode the server's ``/ready`` says the rate (the profile given here is
