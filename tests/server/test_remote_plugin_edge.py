@@ -35,10 +35,10 @@ async def test_a_first_text_later_than_the_read_timeout_is_spoken():
     async with fake_server(ServerOptions(keepalive_s=0.1)) as server:
         tts_ = veena.TTS(base_url=server.ws_url)
         try:
-            stream = tts_.stream(conn_options=APIConnectOptions(max_retry=0, timeout=1.0))
+            stream = tts_.stream(conn_options=APIConnectOptions(max_retry=0, timeout=3.0))
 
             async def late_text():
-                await asyncio.sleep(2.5)  # the LLM's first words come after the timeout
+                await asyncio.sleep(4.0)  # the LLM's first words come after the timeout
                 stream.push_text(TEXT)
                 stream.end_input()
 
