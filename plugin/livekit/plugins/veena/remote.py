@@ -282,8 +282,9 @@ class RemoteClient:
                 raise _ConnectionLost(str(error), progress.pushed) from error
             if error is not None:  # the text source failed: the server frees the context
                 receiver.cancel()
-                with contextlib.suppress(Exception):
-                    await ws.send_json(cancel_message(cid))
+                if progress.opened:
+                    with contextlib.suppress(Exception):
+                        await ws.send_json(cancel_message(cid))
                 raise APIConnectionError(f"veena synthesis failed: {error!r}",
                                          retryable=not progress.pushed) from error
             await receiver

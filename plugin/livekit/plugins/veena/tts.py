@@ -175,7 +175,8 @@ class TTS(tts.TTS):
         self._call_globals: tuple[int, ...] | None = None
         self._call_seed: int | None = None
         self._voice_epoch = 0
-        """Counts ``reset_voice()``: globals a stream captures after one are not the call's."""
+        """Counts ``reset_voice()``: a stream made before the last one speaks its own (old)
+        voice and keeps nothing of it as the call's."""
         self._streams: "weakref.WeakSet[SynthesizeStream]" = weakref.WeakSet()
         self._prewarm_task: asyncio.Task | None = None
 
