@@ -16,7 +16,13 @@ pytestmark = pytest.mark.engine
 async def test_plugin_frames_survive_the_rtc_track(pipeline):
     tts_ = veena.TTS(pipeline=pipeline, max_tokens_per_chunk=70, seed=11)
     frames = [ev.frame async for ev in tts_.synthesize("Through the audio track we go.")]
+    assert {(f.sample_rate, f.num_channels) for f in frames} == {(24000, 1)}
     sent = np.concatenate([np.frombuffer(f.data, dtype=np.int16) for f in frames])
+    # captured as one frame: the track plays out in real time and fills a late capture with
+    # silence, so frame-by-frame captures on a busy machine inserted gaps (a fresh-clone run
+    # failed so); the samples are what is checked here
+    whole = rtc.AudioFrame(sent.tobytes(), 24000, 1, len(sent))
+    assert len(sent) < 24000 * 2  # within the source's queue
     source = rtc.AudioSource(24000, 1, queue_size_ms=2000)
     track = rtc.LocalAudioTrack.create_audio_track("veena-tts", source)
     stream = rtc.AudioStream(track, sample_rate=24000, num_channels=1, frame_size_ms=10)
@@ -31,8 +37,7 @@ async def test_plugin_frames_survive_the_rtc_track(pipeline):
                 return out[nz[0]:nz[0] + len(sent)]
 
     reader = asyncio.create_task(read())
-    for f in frames:
-        await source.capture_frame(f)
+    await source.capture_frame(whole)
     received = await asyncio.wait_for(reader, 30)
     await stream.aclose()
     await source.aclose()
