@@ -222,9 +222,10 @@ class RemoteClient:
                     on_started: Callable[[], None] = lambda: None,
                     on_voice: Callable[[tuple[int, ...]], None] = lambda g: None,
                     on_words: Callable[[tuple[tuple[str, float, float], ...]], None]
-                    = lambda words: None) -> None:
+                    = lambda words: None) -> bool:
         """Send ``texts`` (strings or FLUSH) as one context and push its int16 PCM bytes
-        until it is done; ``on_voice`` hears the speaker globals the server captured. A
+        until it is done (whether any came); ``on_voice`` hears the speaker globals the
+        server captured. A
         socket that had waited in the pool and ended before the server answered is replaced
         once, and the context sent again on the new one; any other end of the socket is an
         ``APIConnectionError`` (retryable unless audio was pushed)."""
@@ -245,9 +246,8 @@ class RemoteClient:
                     async with self.pool.connection(timeout=timeout) as ws:
                         # set by the pool's get, with no suspension since: this one's
                         idled = self.pool.last_connection_reused
-                        await self._context(ws, cid, kept, first_message, push, timeout,
-                                            on_first_text, on_voice, on_words)
-                        return
+                        return await self._context(ws, cid, kept, first_message, push,
+                                                   timeout, on_first_text, on_voice, on_words)
                 except _ConnectionLost as lost:
                     if replaced or not idled or kept.answered:
                         raise APIConnectionError(
@@ -266,8 +266,9 @@ class RemoteClient:
                        push: Callable[[bytes], None], timeout: float,
                        on_started: Callable[[], None],
                        on_voice: Callable[[tuple[int, ...]], None],
-                       on_words: Callable[[tuple[tuple[str, float, float], ...]], None]) -> None:
-        """One context on ``ws``, to its end; ``_ConnectionLost`` where the socket ends. The
+                       on_words: Callable[[tuple[tuple[str, float, float], ...]], None]) -> bool:
+        """One context on ``ws``, to its end (whether audio came); ``_ConnectionLost`` where
+        the socket ends. The
         sender and the receiver run side by side: whichever fails first ends the context (a
         text source that raised must not leave it waiting for the server)."""
         progress = _Progress(push)
@@ -288,6 +289,7 @@ class RemoteClient:
                 raise APIConnectionError(f"veena synthesis failed: {error!r}",
                                          retryable=not progress.pushed) from error
             await receiver
+            return progress.pushed
         except asyncio.CancelledError:
             receiver.cancel()  # nothing more reaches the listener
             with contextlib.suppress(Exception):

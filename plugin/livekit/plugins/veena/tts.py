@@ -185,14 +185,12 @@ class TTS(tts.TTS):
         back as plain Python ones (a numpy int passes, but JSON and vLLM's msgspec take only
         Python's own)."""
         sampling = opts.sampling(family_for(self._profile).default_sampling())
-        if opts.seed is not None:
-            check_int("seed", opts.seed, 0, 2**63 - 1)
         opts = dataclasses.replace(
             opts, temperature=float(sampling.temperature), top_p=float(sampling.top_p),
             top_k=int(sampling.top_k), repetition_penalty=float(sampling.repetition_penalty),
             max_tokens_per_chunk=(None if opts.max_tokens_per_chunk is None
                                   else int(opts.max_tokens_per_chunk)),
-            seed=None if opts.seed is None else int(opts.seed),
+            seed=None if opts.seed is None else check_int("seed", opts.seed, 0, 2**63 - 1),
             max_chunks_in_flight=check_int("max_chunks_in_flight", opts.max_chunks_in_flight,
                                            1, 64),
             chunk_crossfade_ms=check_float("chunk_crossfade_ms", opts.chunk_crossfade_ms,
@@ -359,17 +357,10 @@ class TTS(tts.TTS):
         given = self._call_voice(opts, stream)
         stream.speaker_globals = given
         stream.seed = self._seed_for(opts)
-        heard = False
-
-        def push(pcm: bytes) -> None:
-            nonlocal heard
-            heard = True
-            emitter.push(pcm)
-
-        await self._remote.speak(texts, opts.remote_message(given, stream.seed), push,
-                                 timeout, on_started, self._keeper(opts, stream),
-                                 lambda words: _push_words(emitter, words))
-        return heard
+        return await self._remote.speak(texts, opts.remote_message(given, stream.seed),
+                                        emitter.push, timeout, on_started,
+                                        self._keeper(opts, stream),
+                                        lambda words: _push_words(emitter, words))
 
     async def _learn_sample_rate(self, timeout: float) -> int:
         """In remote mode the server's ``/ready`` says the rate (the profile given here is
