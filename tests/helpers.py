@@ -45,8 +45,9 @@ def record_voices(monkeypatch, pipeline) -> list:
     return given
 
 
-async def engine_settled(pipeline, timeout: float = 2.0) -> bool:
-    """True once the engine holds no live or unfinished request (polled up to ``timeout``)."""
+async def engine_settled(pipeline, timeout: float = 60.0) -> bool:
+    """True once the engine holds no live or unfinished request (polled; ``timeout`` is a
+    hang guard, never a speed bound: an abort on a loaded machine can take seconds)."""
     for _ in range(int(timeout / 0.02)):
         if not pipeline.engine.live_request_ids and pipeline.engine.num_unfinished_requests == 0:
             return True

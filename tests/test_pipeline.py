@@ -1,6 +1,7 @@
 """The pipeline end to end on the real vLLM engine (tiny random Veena-layout model)."""
 
 import asyncio
+import contextlib
 import threading
 from dataclasses import replace
 
@@ -149,11 +150,45 @@ async def test_cancel_aborts_vllm_request_and_drops_windows(pipeline):
         await asyncio.wait_for(syn.aclose(), 120)  # returns while the codec is still held
         assert rid not in pipeline.engine.live_request_ids
         assert pipeline.scheduler.pending_for(rid) == 0
-    assert await engine_settled(pipeline, timeout=30)
+    assert await engine_settled(pipeline)
     tokens = syn.timings.tokens
     assert tokens < 1400
     await asyncio.sleep(0.2)
     assert syn.timings.tokens == tokens, "no token arrives after the abort"
+
+
+async def test_a_cancelled_run_holds_no_window_once_vllm_is_told(pipeline, monkeypatch):
+    """The run's queued windows are dropped before vLLM's abort is awaited: no codec call is
+    spent on them meanwhile, and whoever sees the engine settled sees them gone (a server
+    test once saw the engine settled with a left client's window still queued)."""
+    a = pipeline.synthesize("Holding the codec busy.", sampling=_sampling(pipeline, 1400), seed=1)
+    b = pipeline.synthesize("Queued behind it.", sampling=_sampling(pipeline, 1400), seed=2)
+    await a.__aiter__().__anext__()
+    llm, seen = pipeline.engine._llm, []
+    real_abort = llm.abort
+
+    async def abort(request_id, *args, **kwargs):
+        seen.append((request_id, pipeline.scheduler.pending_for(request_id)))
+        return await real_abort(request_id, *args, **kwargs)
+
+    with gated_codec(pipeline) as decoding:
+        assert await wait_thread_event(decoding)  # a's next window is in the codec
+        player = asyncio.create_task(b.play(lambda pcm, final: None))
+        for _ in range(6000):  # a hang guard: b's first window queues behind a's
+            if b.vllm_request_ids and pipeline.scheduler.pending_for(b.vllm_request_ids[-1]):
+                break
+            await asyncio.sleep(0.02)
+        rid = b.vllm_request_ids[-1]
+        assert pipeline.scheduler.pending_for(rid) > 0
+        monkeypatch.setattr(llm, "abort", abort)
+        player.cancel()  # as a server cancels a context's turn
+        with contextlib.suppress(asyncio.CancelledError):  # ends while the codec is held
+            await asyncio.wait_for(player, 120)
+        monkeypatch.undo()
+        # (vLLM calls it again for its own internal id)
+        assert [queued for asked, queued in seen if asked == rid] == [0]
+    await a.aclose()
+    assert await engine_settled(pipeline) and pipeline.scheduler.pending == 0
 
 
 async def test_same_seed_same_audio_alone_or_concurrent(pipeline):

@@ -89,7 +89,7 @@ async def test_interruption_aborts_without_waiting_for_the_codec(pipeline):
         await asyncio.wait_for(stream.aclose(), 120)  # hang guard only
         assert not pipeline.engine.live_request_ids
         assert pipeline.scheduler.pending == 0
-    assert await engine_settled(pipeline, timeout=30)
+    assert await engine_settled(pipeline)
 
 
 def test_invalid_options_raise_at_construction(pipeline):

@@ -198,17 +198,24 @@ class RequestRun:
         self._sink = None  # nothing more reaches the listener
         if self._recheck is not None:
             self._recheck.cancel()
+        # windows go first: the codec wastes no call on them while vLLM's abort is awaited,
+        # and no one sees the engine settled with this run's windows still queued
+        dropped = self._drop_windows()
         if self._producer is not None and not self._producer.done():
             self._producer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._producer
+        dropped += self._drop_windows()
+        if dropped:
+            logger.info("dropped pending decode windows",
+                        extra={"request_id": self.request_id, "windows": dropped})
+
+    def _drop_windows(self) -> int:
         dropped = self._p.scheduler.cancel_request(self.request_id)
         for _, fut in self._submitted:
             dropped += fut.cancel()
         self._submitted.clear()
-        if dropped:
-            logger.info("dropped pending decode windows",
-                        extra={"request_id": self.request_id, "windows": dropped})
+        return dropped
 
     def _steps_arrived(self, count: int, stale: bool) -> None:
         """``stale``: taken on waking from a park, later than they arrived."""
