@@ -26,10 +26,9 @@ from livekit.plugins import openai, silero, veena
 
 logger = logging.getLogger("veena-agent")
 
-INSTRUCTIONS = os.environ.get(
-    "AGENT_INSTRUCTIONS",
-    "You are a friendly voice assistant. Answer briefly, in plain spoken sentences.",
-)
+# an empty variable (compose passes every one in .env) means the default, as unset does
+INSTRUCTIONS = os.environ.get("AGENT_INSTRUCTIONS") or (
+    "You are a friendly voice assistant. Answer briefly, in plain spoken sentences.")
 
 
 def build_tts() -> veena.TTS:
@@ -52,7 +51,7 @@ def build_instructions(tags: tuple[str, ...] | list[str]) -> str:
 
 def build_llm() -> openai.LLM:
     return openai.LLM(
-        model=os.environ.get("LLM_MODEL", "gpt-4o-mini"),
+        model=os.environ.get("LLM_MODEL") or "gpt-4o-mini",
         base_url=os.environ.get("LLM_BASE_URL") or NOT_GIVEN,
         api_key=os.environ.get("LLM_API_KEY") or os.environ.get("OPENAI_API_KEY") or "unused",
     )
@@ -60,10 +59,10 @@ def build_llm() -> openai.LLM:
 
 def build_stt() -> openai.STT:
     return openai.STT(
-        model=os.environ.get("STT_MODEL", "gpt-4o-mini-transcribe"),
+        model=os.environ.get("STT_MODEL") or "gpt-4o-mini-transcribe",
         base_url=os.environ.get("STT_BASE_URL") or NOT_GIVEN,
         api_key=os.environ.get("STT_API_KEY") or os.environ.get("OPENAI_API_KEY") or "unused",
-        language=os.environ.get("STT_LANGUAGE", "en"),
+        language=os.environ.get("STT_LANGUAGE") or "en",
     )
 
 

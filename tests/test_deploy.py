@@ -23,7 +23,19 @@ _ENV_READ = re.compile(r"(?:env_\w+|os\.environ\.get|os\.getenv)\(\s*\"([A-Z][A-
 def _env_example() -> dict[str, str]:
     pairs = [line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
              if "=" in line and not line.startswith("#")]
-    return {k.strip(): v.strip() for k, v in pairs}
+    return {k.strip(): v.strip().strip("'") for k, v in pairs}
+
+
+def test_env_example_can_be_sourced_by_the_shell_as_the_readme_says():
+    """``set -a; . ./.env; set +a``: an unquoted value with spaces ran its second word as a
+    command and left the variable unset."""
+    names = sorted(_env_example())
+    script = ("set -a; . ./.env.example; set +a; "
+              + "; ".join(f'printf "%s\\0" "${{{n}-<unset>}}"' for n in names))
+    out = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True,
+                         check=True)
+    assert out.stderr == ""
+    assert dict(zip(names, out.stdout.split("\0"))) == _env_example()
 
 
 def _compose() -> dict:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 from livekit.plugins import veena
@@ -119,6 +122,17 @@ def test_cli_design_writes_the_file_and_logs_where(tmp_path, caplog):
     drawn = tmp_path / "drawn.json"
     assert cli.main(["voice", "design", "ava", "-o", str(drawn), "--profile", "maya1"]) == 0
     assert isinstance(load_voice(drawn, MAYA1).seed, int)
+
+
+def test_the_wrapper_script_keeps_relative_paths_where_it_runs(tmp_path):
+    """``scripts/veena-tts.sh`` run from another folder: ``-o rob.json`` lands there, not in
+    the checkout (the script used to ``cd`` to the repository root first)."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "veena-tts.sh"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VEENA_")}
+    subprocess.run(["bash", str(script), "voice", "design", "ava", "-o", "rob.json",
+                    "--profile", "maya1", "--seed", "5"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=900)  # a hang guard (a refresh installs)
+    assert load_voice(tmp_path / "rob.json", MAYA1).seed == 5
 
 
 @pytest.mark.parametrize("argv,match", [
