@@ -1,9 +1,12 @@
 """Text chunker: fast first chunk, sentence chunks, Indic ends, no false sentence ends."""
 
+import sys
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from livekit.plugins.veena.pipeline import chunking
 from livekit.plugins.veena.pipeline.chunking import (
     ChunkerOptions,
     TextChunker,
@@ -169,3 +172,53 @@ def test_no_chunk_is_only_tags_unless_the_text_is(text, opts):
     if len(text) >= opts.first_max_chars or not spoken_text(text).strip():
         return
     assert all(spoken_text(chunk).strip() for chunk in chunk_text(text, opts))
+
+
+# --- work per push: a client's deltas cost in proportion to their length ---------------------
+
+def _lines_run(pushes: list[str]) -> int:
+    """Lines the chunker's module executes for ``pushes`` then a flush: a count of work that
+    does not depend on the machine's speed."""
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        if frame.f_code.co_filename != chunking.__file__:
+            return None
+        if event == "line":
+            count += 1
+        return tracer
+
+    c = TextChunker()
+    sys.settrace(tracer)
+    try:
+        for delta in pushes:
+            c.push(delta)
+        c.flush()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+@pytest.mark.parametrize("head,delta", [
+    ("Hello there my friend. ", " "),  # a sentence waits for its next spoken character
+    ("Hello there my friend. ", "<x> "),  # ... behind tags
+    ("Hello there my friend", "!"),  # a run of marks after a sentence end
+])
+def test_a_stream_of_tiny_deltas_costs_linear_work(head, delta):
+    """Each WebSocket ``speak`` is pushed on the server's event loop: a rescan of the whole
+    buffer per push made 20,000 one-space messages after a sentence block every stream of
+    the server for about half a minute (quadratic)."""
+    small = _lines_run([head] + [delta] * 300)
+    large = _lines_run([head] + [delta] * 1200)
+    assert large < 6 * small, (small, large)  # 4x the deltas: about 4x the work, not 16x
+
+
+def test_an_unfinished_tag_holds_text_back_for_at_most_a_tag_length():
+    """A tag has at most 64 characters inside: ``<|aaaa...`` past that is text, cut at
+    ``max_chars`` as any other, not a wait (and a rescan) that lasts as long as the client
+    sends."""
+    c = TextChunker()
+    out = [chunk for delta in ["Hello <|"] + ["a"] * 600 for chunk in c.push(delta)]
+    assert out and all(len(chunk) <= c.options.max_chars for chunk in out)
+    assert "".join(out + c.flush()).replace(" ", "") == "Hello<|" + "a" * 600

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..settings import env_int
 from ..validation import check_int
-from .tags import TAG_PATTERN, partial_tag_start
+from .tags import TAG_PATTERN, is_partial_tag_at
 
 SENTENCE_ENDS = ".!?।॥"
 CLAUSE_ENDS = ",;:—–"
@@ -62,16 +62,18 @@ class ChunkerOptions:
         return self
 
 
-def _is_sentence_end(text: str, i: int, final: bool) -> bool | None:
-    """Whether ``text[i]`` ends a sentence; None when the next character is not known yet."""
+def _is_sentence_end(text: str, i: int, final: bool, bound: int) -> bool | None:
+    """Whether ``text[i]`` ends a sentence; None when the next character is not known yet.
+    A run of closers and marks reaching past ``bound`` ends one whatever follows (the chunk
+    breaks within the run), so no reader waits on or rescans an endless ``!!!!``."""
     ch = text[i]
     if ch in "।॥":
         return True
     if ch not in SENTENCE_ENDS:
         return False
-    j = i + 1
-    while j < len(text) and text[j] in _CLOSERS + SENTENCE_ENDS:
-        j += 1
+    j = _end_after_closers(text, i, bound)
+    if j > bound:
+        return True
     if j == len(text):
         return True if final else None
     if text[j] == "<" and not _TAG.match(text, j):
@@ -92,31 +94,35 @@ def _is_sentence_end(text: str, i: int, final: bool) -> bool | None:
 
 def _in_partial_tag(text: str, j: int) -> bool:
     """Whether ``text[j:]`` (starting with ``<``) may still become a tag with more text."""
-    return partial_tag_start(text[j:]) == 0
+    return is_partial_tag_at(text, j)
 
 
-def _settle(text: str, cut: int, final: bool, max_len: int) -> int | None:
+def _settle(text: str, cut: int, j: int, final: bool, max_len: int) -> tuple[int | None, int]:
     """A cut before whitespace and tags: they go with the next words (``cut``), or, when
     nothing spoken follows them at the end of the text, with this chunk (``len(text)``,
-    within ``max_len``). None while the next spoken character is not known yet."""
-    j = cut
+    within ``max_len``). None while the next spoken character is not known yet, with where
+    to go on reading (``j``: what lies between ``cut`` and it is whitespace and tags)."""
     while j < len(text):
         if text[j].isspace():
             j += 1
         elif m := _TAG.match(text, j):
             j = m.end()
         elif not final and text[j] == "<" and _in_partial_tag(text, j):
-            return None
+            return None, j
         else:
-            return cut
+            return cut, j
     if not final:
-        return None
-    return len(text) if len(text.strip()) <= max_len else cut
+        return None, j
+    return (len(text) if len(text.strip()) <= max_len else cut), j
 
 
-def _end_after_closers(text: str, i: int) -> int:
-    j = i + 1
-    while j < len(text) and text[j] in _CLOSERS + SENTENCE_ENDS:
+_RUN_CHARS = _CLOSERS + SENTENCE_ENDS
+
+
+def _end_after_closers(text: str, i: int, bound: int) -> int:
+    """The end of the closers and marks after ``text[i]``, read no further than ``bound + 1``."""
+    j, stop = i + 1, min(len(text), bound + 1)
+    while j < stop and text[j] in _RUN_CHARS:
         j += 1
     return j
 
@@ -126,6 +132,9 @@ class TextChunker:
         self.options = options.validate()
         self._buf = ""
         self._chunks_out = 0
+        self._settling: tuple[int, int] | None = None
+        """(cut, read to) while a found cut waits for its next spoken character: later text
+        cannot move the cut, so a push reads on from there, never the whole buffer again."""
 
     def push(self, delta: str) -> list[str]:
         self._buf += delta
@@ -148,6 +157,7 @@ class TextChunker:
             cut = self._find_cut(final)
             if cut is None:
                 return out
+            self._settling = None
             chunk, self._buf = self._buf[:cut].strip(), self._buf[cut:].lstrip()
             if chunk:
                 out.append(chunk)
@@ -159,6 +169,8 @@ class TextChunker:
         min_len = o.first_min_chars if first else o.min_chars
         max_len = o.first_max_chars if first else o.max_chars
         buf = self._buf
+        if self._settling is not None:
+            return self._settle(*self._settling, final, max_len)
         last_clause = last_space = space_after_tag = None
         tag_end = -1
         i = 0
@@ -183,23 +195,30 @@ class TextChunker:
                     last_space = i
             elif ch in CLAUSE_ENDS and i + 1 < len(buf) and buf[i + 1].isspace():
                 last_clause = i + 1
-            end = _is_sentence_end(buf, i, final)
+            end = _is_sentence_end(buf, i, final, max_len)
             if end is None:
                 return None  # wait for the next character
             if end:
-                cut = _end_after_closers(buf, i)
+                cut = _end_after_closers(buf, i, max_len)
                 if cut > max_len:  # "...end.।।" past the bound: break within it
                     return _forced_cut(last_clause, last_space, space_after_tag, max_len)
                 if len(buf[:cut].strip()) >= min_len:
-                    return _settle(buf, cut, final, max_len)
+                    return self._settle(cut, cut, final, max_len)
                 i = cut
                 continue
             if first and last_clause is not None and last_clause >= min_len:
-                return _settle(buf, last_clause, final, max_len)
+                return self._settle(last_clause, last_clause, final, max_len)
             if i + 1 >= max_len:
                 return _forced_cut(last_clause, last_space, space_after_tag, i + 1)
             i += 1
         return None
+
+    def _settle(self, cut: int, j: int, final: bool, max_len: int) -> int | None:
+        if not final and cut >= len(self._buf):
+            return None  # a run of marks may go on ("।" then "।"): the cut is not known yet
+        found, j = _settle(self._buf, cut, j, final, max_len)
+        self._settling = (cut, j) if found is None else None
+        return found
 
 
 def _forced_cut(last_clause: int | None, last_space: int | None,

@@ -1,13 +1,13 @@
 """Expressive tags in text (``<laugh>``): what counts as one, and which reach the model.
 
-A tag is ``<`` + a name + ``>`` where the name is a letter or ``_`` followed by letters,
-digits and ``_`` (``<laugh>``, ``<laugh_harder>``, ``<custom_token_5>``), optionally with a
-leading ``/`` or trailing ``/`` (``</laugh>``, ``<laugh/>``); or a special-token form
-``<|...|>`` with no whitespace inside (``<|eot_id|>``). Nothing else is a tag: ``a < b > c``,
-``x<y`` and ``<a b>`` stay as text. A tag is *known* when it is the plain ``<name>`` form and
-its name matches one of the profile's tags ignoring case; it is written back in the profile's
-spelling. Every other tag is removed, so the model never reads ``<happy>`` aloud and user text
-cannot inject a special token. Pure and synchronous.
+A tag is ``<`` + a name + ``>`` where the name is a letter or ``_`` followed by up to 63
+letters, digits and ``_`` (``<laugh>``, ``<laugh_harder>``, ``<custom_token_5>``), optionally
+with a leading ``/`` or trailing ``/`` (``</laugh>``, ``<laugh/>``); or a special-token form
+``<|...|>`` with at most 64 characters and no whitespace inside (``<|eot_id|>``). Nothing
+else is a tag: ``a < b > c``, ``x<y`` and ``<a b>`` stay as text. A tag is *known* when it is
+the plain ``<name>`` form and its name matches one of the profile's tags ignoring case; it is
+written back in the profile's spelling. Every other tag is removed, so the model never reads
+``<happy>`` aloud and user text cannot inject a special token. Pure and synchronous.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable, Sequence
 
-TAG_PATTERN = r"<(?:\|[^\s<>|]*\|>|/?[A-Za-z_][A-Za-z0-9_]*/?>)"
-"""Anything the model might read as one token and that must never be split or spoken."""
+TAG_PATTERN = r"<(?:\|[^\s<>|]{0,64}\|>|/?[A-Za-z_][A-Za-z0-9_]{0,63}/?>)"
+"""Anything the model might read as one token and that must never be split or spoken. At
+most 64 characters inside (every special token is far shorter): a streaming reader never
+waits longer than that for a tag to close."""
 _TAG = re.compile(TAG_PATTERN)
-_PLAIN = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")
+_PLAIN = re.compile(r"<([A-Za-z_][A-Za-z0-9_]{0,63})>")
 _NO_SPACE_BEFORE = ",.;:!?)]}…।॥"
-_PARTIAL = re.compile(r"<(?:\|[^\s<>|]*\|?|/?(?:[A-Za-z_][A-Za-z0-9_]*/?)?)?\Z")
+_PARTIAL = re.compile(r"<(?:\|[^\s<>|]{0,64}\|?|/?(?:[A-Za-z_][A-Za-z0-9_]{0,63}/?)?)?\Z")
 
 
 def tag_instructions(tags: Sequence[str]) -> str:
@@ -51,6 +53,12 @@ def partial_tag_start(text: str) -> int | None:
     if i < 0 or not _PARTIAL.match(text, i):
         return None
     return i
+
+
+def is_partial_tag_at(text: str, i: int) -> bool:
+    """Whether ``text[i:]`` is an unfinished tag running to the end of ``text`` (no copy,
+    and at most a tag's length is read)."""
+    return _PARTIAL.match(text, i) is not None
 
 
 def _rewrite(text: str, keep: Callable[[str], str | None]) -> tuple[str, list[str]]:
