@@ -122,3 +122,17 @@ def test_plugin_update_options_checked():
     with pytest.raises(ValueError, match="temperature"):
         t.update_options(temperature=False)
     t.update_options(temperature=0.5, max_tokens_per_chunk=70)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("socket_send_buffer_bytes", 2**31),  # setsockopt took it: every WebSocket upgrade a 500
+    ("max_connection_buffer_bytes", 2**40),
+    ("turn_timeout_s", 1e9),
+    ("drain_s", 1e7),
+])
+def test_server_settings_past_what_the_os_takes_fail_at_start(field, value):
+    from livekit.plugins.veena.server.options import ServerOptions
+
+    with pytest.raises(ValueError, match=field):
+        ServerOptions(**{field: value}).validate()
+    ServerOptions(**{field: value // 2**20 if isinstance(value, int) else 3600.0}).validate()

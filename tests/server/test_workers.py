@@ -264,6 +264,8 @@ async def test_sigterm_stops_every_worker(tiny_model_dir, tmp_path, shared):
     ([], {"VEENA_SERVER_WORKERS": "two"}, "VEENA_SERVER_WORKERS='two' is not a valid int"),
     ([], {"VEENA_SERVER_WORKERS": "2", "VEENA_WORKER_STOP_S": "nan"},
      "VEENA_WORKER_STOP_S must be a finite number"),
+    ([], {"VEENA_SERVER_WORKERS": "2", "VEENA_WORKER_STOP_S": "1e9"},  # Process.join overflowed
+     "VEENA_WORKER_STOP_S must be in (0.0, 86400.0], got 1000000000.0"),
     (["--workers", "2"], {"VEENA_SHARED_ENGINE": "maybe"},
      "VEENA_SHARED_ENGINE='maybe' is not a boolean"),
 ])

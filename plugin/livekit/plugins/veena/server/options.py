@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..pipeline.chunking import ChunkerOptions
 from ..settings import env_float, env_int, env_str
-from ..validation import check_float, check_int
+from ..validation import MAX_C_INT, MAX_DURATION_S, check_float, check_int
 from .admission import AdmissionOptions
 
 MAX_HTTP_BODY_BYTES = 1 << 20
@@ -105,18 +105,22 @@ class ServerOptions:
         ).validate()
 
     def validate(self) -> "ServerOptions":
+        """Every setting by type and range, upper bounds included: a value the socket layer or
+        a timer cannot take (``SO_SNDBUF`` past a C int made every WebSocket upgrade a 500)
+        fails here, at start."""
         for name in ("max_message_bytes", "max_text_chars", "max_contexts_per_connection",
                      "max_connections", "max_connection_buffer_bytes",
                      "socket_send_buffer_bytes", "max_voice_upload_bytes"):
-            check_int(name, getattr(self, name), 1)
+            check_int(name, getattr(self, name), 1, MAX_C_INT)
         for name in ("max_active_streams", "max_queued_streams"):
             if getattr(self, name) is not None:
-                check_int(name, getattr(self, name), 0 if name == "max_queued_streams" else 1)
+                check_int(name, getattr(self, name), 0 if name == "max_queued_streams" else 1,
+                          MAX_C_INT)
         for name in ("max_queue_wait_s", "turn_timeout_s", "context_idle_s", "slow_client_s",
                      "heartbeat_s", "keepalive_s"):
-            check_float(name, getattr(self, name), 0.0, lo_open=True)
-        check_float("engine_dead_exit_s", self.engine_dead_exit_s, 0.0)
-        check_float("drain_s", self.drain_s, 0.0)
+            check_float(name, getattr(self, name), 0.0, MAX_DURATION_S, lo_open=True)
+        check_float("engine_dead_exit_s", self.engine_dead_exit_s, 0.0, MAX_DURATION_S)
+        check_float("drain_s", self.drain_s, 0.0, MAX_DURATION_S)
         check_float("chunk_crossfade_ms", self.chunk_crossfade_ms, 0.0, 1000.0)
         check_int("max_chunks_in_flight", self.max_chunks_in_flight, 1, 64)
         return self

@@ -36,7 +36,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from ..settings import env_float
-from ..validation import check_float, check_int
+from ..validation import MAX_DURATION_S, check_float, check_int
 from .app import ENGINE_DEAD_EXIT_CODE
 from .metrics import MULTIPROC_DIR_ENV, multiprocess_dir
 from .shared_engine import SharedEngineCore
@@ -58,7 +58,7 @@ def run_workers(model: str, *, profile: str | None, host: str, port: int, worker
     ``shared_engine``: the workers are front ends of one engine core (``shared_engine.py``)."""
     check_int("workers", workers, 1, MAX_WORKERS)
     stop_s = check_float("VEENA_WORKER_STOP_S", env_float("VEENA_WORKER_STOP_S", WORKER_STOP_S),
-                         0.0, lo_open=True)
+                         0.0, MAX_DURATION_S, lo_open=True)
     if not hasattr(socket, "SO_REUSEPORT"):
         raise ValueError("several workers need SO_REUSEPORT (Linux); run with --workers 1")
     guard = _reserve_port(host, port)
