@@ -8,6 +8,8 @@ before it cut the sockets (1006)."""
 import asyncio
 import contextlib
 
+import aiohttp
+import pytest
 from aiohttp import web
 
 from livekit.plugins.veena.protocol import ERROR_CODES
@@ -87,3 +89,47 @@ async def test_a_context_still_speaking_after_drain_s_is_cut_with_shutting_down(
         assert reader.close_code == 1001
         assert not p.engine.live  # their engine requests were aborted
         await reader.stop()
+
+
+# --- /v1/audio/speech drains as contexts do --------------------------------------------------
+
+async def _speeches(port: int, engine, session):
+    """A whole and a streamed speech request, both generating, held at the engine's gate."""
+    url = f"http://127.0.0.1:{port}/v1/audio/speech"
+    whole = asyncio.ensure_future(session.post(url, json={"input": "All of this is here."}))
+    streamed = asyncio.ensure_future(session.post(
+        url, json={"input": "This one streams its audio.", "stream": True}))
+    await poll_until(lambda: len(engine.live) == 2, "both generating", polls=GUARD_POLLS)
+    return whole, streamed
+
+
+async def test_speech_requests_speak_to_their_end_while_the_server_drains():
+    async with fake_pipeline(hold_after=3) as p, _server(p, ServerOptions(drain_s=3600)) as (
+            port, stop), aiohttp.ClientSession() as s:
+        whole, streamed = await _speeches(port, p.engine, s)
+        stopping = stop()
+        await asyncio.sleep(0.2)  # the drain has begun (a causal check follows: not done)
+        assert not stopping.done() and not whole.done()
+        p.engine.gate.set()
+        await asyncio.wait_for(stopping, HANG_GUARD_S)
+        for request in (whole, streamed):
+            r = await request
+            assert r.status == 200 and len(await r.read()) > 44
+
+
+async def test_a_speech_request_still_running_after_drain_s_answers_shutting_down():
+    """Before, the drain did not wait for HTTP requests and aiohttp then waited its own
+    shutdown timeout twice before it dropped them (``ServerDisconnectedError``, up to ~44 s
+    with the defaults: past a pod's grace period)."""
+    async with fake_pipeline(hold_after=3) as p, _server(p, ServerOptions(drain_s=0.2)) as (
+            port, stop), aiohttp.ClientSession() as s:
+        whole, streamed = await _speeches(port, p.engine, s)
+        await asyncio.wait_for(stop(), HANG_GUARD_S)  # the engine never goes on
+        r = await whole
+        assert r.status == 503 and r.headers["Retry-After"] == "1"
+        assert (await r.json())["error"]["code"] == "shutting_down"
+        r = await streamed  # its headers went out: it is cut short, which its client sees
+        assert r.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await r.read()
+        assert not p.engine.gate.is_set() and not p.engine.live  # aborted, never finished

@@ -216,6 +216,8 @@ async def speech(request: web.Request) -> web.StreamResponse:
     if refusal is not None:
         return json_error(*refusal)
     work = asyncio.create_task(_admitted_speech(request, req, state), name="veena-speech")
+    state.speeches.add(work)
+    work.add_done_callback(state.speech_ended)
     try:
         while not work.done():
             await asyncio.wait({work}, timeout=CLIENT_CHECK_S)
@@ -246,6 +248,8 @@ async def _admitted_speech(request: web.Request, req: _SpeechRequest, state: Ser
         return json_error(code, str(e),
                           retry_after_s=1.0 if ERROR_CODES[code].retryable else None)
     except asyncio.CancelledError:  # gone while it waited: no engine work yet
+        if _cut_by_drain(state):
+            return _shutting_down(state)
         metrics.aborted.inc()
         metrics.finished.labels("cancelled").inc()
         raise
@@ -253,6 +257,18 @@ async def _admitted_speech(request: web.Request, req: _SpeechRequest, state: Ser
         return await _speak(request, req, state)
     finally:
         state.admission.release()
+
+
+def _cut_by_drain(state: ServerState) -> bool:
+    """The running speech work was cancelled by the drain, not by its client leaving."""
+    return asyncio.current_task() in state.cut_speeches
+
+
+def _shutting_down(state: ServerState) -> web.Response:
+    state.metrics.finished.labels("shutting_down").inc()
+    return json_error("shutting_down", f"the server stopped after {state.options.drain_s:g} s "
+                      "of draining (VEENA_DRAIN_S): send the request again elsewhere",
+                      retry_after_s=1.0)
 
 
 async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
@@ -310,6 +326,15 @@ async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
             await asyncio.wait_for(response.write(_AUDIO_DONE), state.options.slow_client_s)
         metrics.finished.labels("done").inc()
     except asyncio.CancelledError:
+        if _cut_by_drain(state):
+            if response is None:
+                return _shutting_down(state)
+            metrics.finished.labels("shutting_down").inc()
+            logger.warning("speech request cut mid-stream: the server stopped after "
+                           "VEENA_DRAIN_S")
+            if request.transport is not None:
+                request.transport.abort()  # cut without its last chunk: the client sees it
+            return response
         metrics.aborted.inc()
         metrics.finished.labels("cancelled").inc()
         raise

@@ -46,6 +46,10 @@ class ServerState:
         self.contexts: set = set()
         """Every WebSocket context (``contexts.Context``) whose task has not ended, over all
         connections (kept here, not typed by it: contexts depend on this state, not back)."""
+        self.speeches: set[asyncio.Task] = set()
+        """The work of every ``/v1/audio/speech`` request running: drained as contexts are."""
+        self.cut_speeches: set[asyncio.Task] = set()
+        """Speech work the drain cancelled at ``drain_s``: it answers ``shutting_down``."""
         self.connections = 0
         self.stopping = False
         """The server is stopping (SIGTERM): no new stream or context is taken."""
@@ -73,6 +77,10 @@ class ServerState:
         self.contexts.discard(ctx)
         if not self.contexts:
             self.close()
+
+    def speech_ended(self, work: asyncio.Task) -> None:
+        self.speeches.discard(work)
+        self.cut_speeches.discard(work)
 
     @property
     def keepalive_running(self) -> bool:
@@ -116,21 +124,27 @@ class ServerState:
         """The server stops. aiohttp reads nothing more from any socket from now on, so a
         context still open for text could never be finished: it ends at once with the
         retryable ``shutting_down`` (its client sends the turn elsewhere); a context with all
-        its text speaks to its end, for up to ``drain_s``; then each socket sends what it
-        has queued and closes with 1001 (going away)."""
+        its text speaks to its end, for up to ``drain_s``, and so does each HTTP speech
+        request; then each socket sends what it has queued and closes with 1001 (going away),
+        and a speech request still running answers ``shutting_down`` (or, streaming, is cut).
+        aiohttp's own wait for running handlers then has nothing left to wait for."""
         self.stopping = True
         for ctx in list(self.contexts):
             if ctx.status == "open":
                 ctx.fail("shutting_down", "the server is stopping before this context's "
                          "text ended: send the turn again elsewhere")
-        tasks = [ctx.task for ctx in self.contexts]
+        tasks = [ctx.task for ctx in self.contexts] + list(self.speeches)
         if tasks:
-            logger.info("draining: %d contexts speak to their end", len(tasks))
+            logger.info("draining: %d contexts and %d speech requests speak to their end",
+                        len(self.contexts), len(self.speeches))
             await asyncio.wait(tasks, timeout=self.options.drain_s)
         for ctx in list(self.contexts):
             ctx.fail("shutting_down", f"the server stopped after {self.options.drain_s:g} s "
                      "of draining (VEENA_DRAIN_S)")
-        tasks = [ctx.task for ctx in self.contexts]
+        for work in list(self.speeches):
+            self.cut_speeches.add(work)
+            work.cancel()
+        tasks = [ctx.task for ctx in self.contexts] + list(self.speeches)
         if tasks:
             await asyncio.wait(tasks, timeout=1.0)
         await asyncio.gather(*(goodbye() for goodbye in list(self.goodbyes)))
