@@ -300,3 +300,45 @@ def test_a_port_in_use_is_one_clear_line(tiny_model_dir, tmp_path):
         assert proc.wait(300) == 2
     log = (tmp_path / "serve.log").read_text()
     assert "Address already in use" in log and "Traceback" not in log, log
+
+
+_SECOND_SIGNAL = """
+import logging, os, signal, sys, time
+from pathlib import Path
+from livekit.plugins.veena.server import workers
+
+logging.basicConfig(level=logging.INFO)
+
+folders = []
+real_folder = workers._metrics_folder
+
+def metrics_folder():
+    folder, owned = real_folder()
+    folders.append(folder)
+    return folder, owned
+
+def stop_all(started, readiness, stop_s):  # the workers take a while to drain: signals land
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)  # (a handler runs between two bytecodes; any raise would end this)
+    print("stopped the workers", flush=True)
+
+workers._metrics_folder = metrics_folder
+workers._supervise = lambda *args: 0
+workers._stop_all = stop_all
+code = workers.run_workers("unused", profile=None, host="127.0.0.1", port=0, workers=2)
+print("exit", code, "metrics folder left:", Path(folders[0]).exists(), flush=True)
+"""
+
+
+def test_a_second_signal_while_the_workers_stop_skips_no_cleanup():
+    """Ctrl-C twice, or SIGTERM then the supervisor's SIGINT: the launcher's old handlers
+    came back before it waited for its workers, so a second signal killed it there (or
+    raised ``KeyboardInterrupt``), leaving the shared core, the port guard and the metrics
+    folder behind."""
+    out = subprocess.run([sys.executable, "-c", _SECOND_SIGNAL], capture_output=True,
+                         text=True, timeout=300)  # a hang guard
+    assert out.returncode == 0, out.stderr
+    assert "stopped the workers" in out.stdout
+    assert "exit 0 metrics folder left: False" in out.stdout
+    assert "already stopping" in out.stderr and "Traceback" not in out.stderr

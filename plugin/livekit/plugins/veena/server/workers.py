@@ -90,14 +90,22 @@ def run_workers(model: str, *, profile: str | None, host: str, port: int, worker
         return _supervise(model, profile, host, port, workers, verbose, stopping,
                           workers_started, readiness)
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        _stop_all(workers_started, readiness, stop_s)
-        for c in core:  # after its front ends, as vllm serve stops them
-            c.shutdown()
-        guard.close()
-        if owned:
-            shutil.rmtree(metrics, ignore_errors=True)
+        def again(signum: int, _frame) -> None:  # a second Ctrl-C must not skip the cleanup
+            logger.info("already stopping: the workers have up to %g s", stop_s,
+                        extra={"signal": signal.Signals(signum).name})
+
+        for s in previous:
+            signal.signal(s, again)
+        try:
+            _stop_all(workers_started, readiness, stop_s)
+            for c in core:  # after its front ends, as vllm serve stops them
+                c.shutdown()
+        finally:
+            guard.close()
+            if owned:
+                shutil.rmtree(metrics, ignore_errors=True)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
 
 def _supervise(model: str, profile: str | None, host: str, port: int, count: int,
