@@ -447,6 +447,20 @@ def test_serve_exits_3_when_the_engine_fails_to_start(monkeypatch):
     assert made[0].engine.health.state == "dead"  # failed to start: dead for good
 
 
+def test_a_worker_whose_engine_fails_to_start_never_opens_the_shared_port(monkeypatch):
+    """One of several workers (``reuse_port``, ``on_ready``): it opened the port anyway and
+    for ``VEENA_ENGINE_DEAD_EXIT_S`` took its share of the connections, answering them the
+    non-retryable ``engine_dead`` while its siblings were healthy. Now it exits 3 at once."""
+    monkeypatch.setenv("VEENA_ENGINE_DEAD_EXIT_S", "3600")  # the old code served this long
+    monkeypatch.setattr(app_module.Pipeline, "from_model", staticmethod(
+        lambda model, profile=None, engine_core=None: Pipeline(
+            _SlowStartEngine(fail=True), SilentCodec(), VEENA, PipelineOptions())))
+    readied = []
+    assert app_module.run_server("fake", profile=None, host="127.0.0.1", port=_free_port(),
+                                 reuse_port=True, on_ready=lambda: readied.append(1)) == 3
+    assert not readied
+
+
 async def test_after_a_failed_start_requests_are_refused_and_start_nothing(monkeypatch):
     """The server is stopping after its engine's start failed: a request meanwhile is
     refused with ``engine_dead`` and the exit code stays 3 (it started a second vLLM load,

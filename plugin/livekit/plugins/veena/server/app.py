@@ -113,6 +113,10 @@ def _raise_exit() -> None:
     raise web.GracefulExit()
 
 
+class _StartFailed(Exception):
+    """A worker's engine failed to start: it leaves before it opens the shared port."""
+
+
 def run_server(model: str, *, profile: str | None, host: str, port: int,
                reuse_port: bool = False, on_ready: Callable[[], None] | None = None,
                engine_core: dict | None = None) -> int:
@@ -132,14 +136,19 @@ def run_server(model: str, *, profile: str | None, host: str, port: int,
     if on_ready is not None:
         async def listen_when_ready(_app: web.Application) -> None:
             await _app[WARM_KEY]  # the start: it ends with the engine up or failed
-            if pipeline.ready:
-                on_ready()
+            if not pipeline.ready:  # the port is shared: the healthy workers answer there
+                raise _StartFailed
+            on_ready()
 
         app.on_startup.append(listen_when_ready)
     logger.info("serving", extra={"model": model, "host": host, "port": port})
-    # aiohttp then waits for the HTTP requests still running as long as the drain may take
-    web.run_app(app, host=host, port=port, print=None, reuse_port=reuse_port or None,
-                shutdown_timeout=app[STATE_KEY].options.drain_s + 2.0)
+    try:
+        # aiohttp then waits for the HTTP requests still running as long as the drain may take
+        web.run_app(app, host=host, port=port, print=None, reuse_port=reuse_port or None,
+                    shutdown_timeout=app[STATE_KEY].options.drain_s + 2.0)
+    except _StartFailed:
+        logger.error("the engine did not start: this worker never opened the port")
+        return ENGINE_DEAD_EXIT_CODE
     if pipeline.engine.health.state in ("dead", "failed"):
         return ENGINE_DEAD_EXIT_CODE
     return 0
