@@ -431,6 +431,23 @@ async def test_ready_answers_503_while_the_engine_starts_and_200_once_it_has():
             assert await metric(s, url, "veena_engine_up") == 1
 
 
+async def test_engine_up_follows_a_pipeline_the_app_does_not_own():
+    """An app over a caller's pipeline: the first request starts the engine, and the gauge
+    says so (it was set only where the pipeline was ready when the app was built)."""
+    engine = _SlowStartEngine()
+    engine.start_gate.set()
+    p = Pipeline(engine, SilentCodec(), VEENA, PipelineOptions())
+    try:
+        async with serve_app(p, ServerOptions(), own_pipeline=False) as (url, _app), \
+                aiohttp.ClientSession() as s:
+            assert await metric(s, url, "veena_engine_up") == 0
+            async with s.post(url + "/v1/audio/speech", json={"input": "Hello."}) as r:
+                assert r.status == 200
+            assert await metric(s, url, "veena_engine_up") == 1
+    finally:
+        await p.aclose()
+
+
 def test_serve_exits_3_when_the_engine_fails_to_start(monkeypatch):
     # run_server as `veena-tts serve` runs it, over an engine whose start fails
     monkeypatch.setenv("VEENA_ENGINE_DEAD_EXIT_S", "0")

@@ -61,5 +61,8 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    return web.Response(body=server_state(request).metrics.render(),
+    state = server_state(request)
+    # read as scraped: an app over a pipeline it does not own never sees that start
+    state.metrics.engine_up.set(1 if state.pipeline.ready else 0)
+    return web.Response(body=state.metrics.render(),
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
