@@ -95,3 +95,30 @@ def test_exclusive_save_never_replaces_a_file_even_when_writers_race(tmp_path):
     assert len(won) == 1 and len(lost) == 7
     assert json.loads(path.read_text())["speaker_globals"] == [won[0]] * 32
     assert [p.name for p in tmp_path.iterdir()] == ["v.json"]
+
+
+async def test_a_voice_saved_on_one_replica_is_usable_on_another(tmp_path, monkeypatch):
+    """Two servers share VEENA_VOICES_DIR behind one load balancer: a voice uploaded to A is
+    listed and spoken by B (B knew only the folder as it was at its start: "unknown voice",
+    and the name listed nowhere while B refused it as taken)."""
+    async def clone(pipeline, data):
+        return VoiceFile("veena", "fake", "kavya", None, seed=7)
+
+    monkeypatch.setattr(voice_routes, "clone_voice", clone)
+    options = ServerOptions(voices_dir=str(tmp_path))
+    async with fake_server(options) as a, fake_server(options) as b, \
+            aiohttp.ClientSession() as s:
+        # a bad file written after the start fails no request (at start-up it stops the
+        # server with its reason, by design)
+        (tmp_path / "broken.json").write_text("{half a file")
+        assert (await _post(s, a.url, b"clip", "guest"))[0] == 200
+        async with s.get(f"{b.url}/v1/voices") as r:
+            assert [v["name"] for v in (await r.json())["saved"]] == ["guest"]
+        async with s.post(f"{b.url}/v1/audio/speech",
+                          json={"input": "Hello.", "voice": "guest"}) as r:
+            assert r.status == 200, await r.text()
+        async with s.post(f"{b.url}/v1/audio/speech",
+                          json={"input": "Hello.", "voice": "broken"}) as r:
+            assert r.status == 400 and (await r.json())["error"]["code"] == "bad_request"
+        status, body = await _post(s, b.url, b"clip", "guest")
+        assert status == 409 and body["error"]["code"] == "voice_exists"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
@@ -23,7 +24,7 @@ from ..pipeline.pipeline import Pipeline
 from ..pipeline.turn import TurnOptions, TurnTimeout
 from ..protocol import ERROR_CODES, SAMPLING_FIELDS
 from ..validation import check_int
-from ..voices.files import VoiceFile, voices_in
+from ..voices.files import VOICE_NAME, VoiceFile, VoiceFileError, load_voice, voices_in
 from .admission import Admission, Overloaded
 from .metrics import ServerMetrics
 from .options import ServerOptions
@@ -105,6 +106,34 @@ class ServerState:
         if self._keepalive is not None:
             self._keepalive.cancel()
             self._keepalive = None
+
+    def saved_voice(self, name: Any) -> VoiceFile | None:
+        """A saved voice by name: one this server knows, or one another replica sharing
+        ``VEENA_VOICES_DIR`` saved since (read from the folder on first use, then kept)."""
+        if not isinstance(name, str):
+            return None
+        saved = self.voices.get(name)
+        if (saved is not None or self.options.voices_dir is None
+                or not VOICE_NAME.fullmatch(name) or self.is_profile_voice(name)):
+            return saved  # a profile voice's name never touches the disk: the hot path
+        path = Path(self.options.voices_dir) / f"{name}.json"
+        if not path.is_file():
+            return None
+        try:
+            saved = load_voice(path, self.pipeline.profile)
+        except VoiceFileError as e:  # half written, or put there by hand: not a voice now
+            logger.warning("saved voice not loaded: %s", e, extra={"voice_name": name})
+            return None
+        self.voices[name] = saved
+        return saved
+
+    def refresh_voices(self) -> None:
+        """Take in the voices other replicas saved in the shared folder since (listing)."""
+        if self.options.voices_dir is None:
+            return
+        for path in sorted(Path(self.options.voices_dir).glob("*.json")):
+            if path.stem not in self.voices:
+                self.saved_voice(path.stem)
 
     def is_profile_voice(self, name: str) -> bool:
         """Names are compared case-insensitively: on a case-insensitive file system
@@ -198,7 +227,7 @@ def turn_options(state: ServerState, voice: Any, sampling: Any, seed: Any,
     description (``described_voices``) is checked by ``check_description``: one that could
     end the prompt's attribute or inject a tag is a ValueError here, never a prompt."""
     pipeline = state.pipeline
-    saved = state.voices.get(voice) if isinstance(voice, str) else None
+    saved = state.saved_voice(voice)
     if saved is not None:
         voice = saved.voice
         if speaker_globals is None:

@@ -11,13 +11,12 @@ sharing one ``VEENA_VOICES_DIR``.
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ..voices.files import VoiceFile, clone_voice
+from ..voices.files import VOICE_NAME, VoiceFile, clone_voice
 from ..voices.reference_clip import ReferenceClipError
 from .health import profile_tags
 from .state import json_error, server_state
@@ -26,7 +25,6 @@ logger = logging.getLogger(__name__)
 
 _CLIP_CODES = {"empty": "empty_audio", "not_wav": "not_wav", "unsupported": "unsupported_audio",
                "too_short": "audio_too_short", "too_long": "audio_too_long", "silent": "silent_audio"}
-_VOICE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 async def voices(request: web.Request) -> web.Response:
@@ -35,6 +33,7 @@ async def voices(request: web.Request) -> web.Response:
     saved ones (``VEENA_VOICES_DIR``: a designed voice with its description and seed) and the
     expressive tags the model performs."""
     state = server_state(request)
+    state.refresh_voices()
     profile = state.pipeline.profile
     described = bool(getattr(profile, "described_voices", False))
     body = {"profile": profile.name, "voices": list(profile.voices),
@@ -88,13 +87,13 @@ async def clone(request: web.Request) -> web.Response:
     state = server_state(request)
     name = request.query.get("name")
     if name is not None:
-        if not _VOICE_NAME.fullmatch(name):
+        if not VOICE_NAME.fullmatch(name):
             return json_error("bad_field", "name must be 1-64 letters, digits, '_' or '-'")
         if state.options.voices_dir is None:
             return json_error("bad_request", "this server has no VEENA_VOICES_DIR to save into")
         if state.is_profile_voice(name):
             return json_error("voice_exists", f"{name!r} is one of the model's own voices")
-        if name in state.voices or name in state.voice_names_taken:
+        if state.saved_voice(name) is not None or name in state.voice_names_taken:
             return json_error("voice_exists", f"a voice named {name!r} exists")
         state.voice_names_taken.add(name)
     try:

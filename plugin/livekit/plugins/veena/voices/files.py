@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -155,6 +156,10 @@ def parse_voice(data: Any, profile: Any, where: str = "voice") -> VoiceFile:
     except ValueError as e:
         raise VoiceFileError(f"{where}: {e}") from None
     return VoiceFile(data["profile"], data["model"], voice, speaker_globals, seed=seed)
+
+
+VOICE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""A name a client may save a voice under, or look one up by in the folder: no path in it."""
 
 
 def voices_in(folder: str | Path, profile: Any) -> dict[str, VoiceFile]:
