@@ -222,3 +222,18 @@ def test_an_unfinished_tag_holds_text_back_for_at_most_a_tag_length():
     out = [chunk for delta in ["Hello <|"] + ["a"] * 600 for chunk in c.push(delta)]
     assert out and all(len(chunk) <= c.options.max_chars for chunk in out)
     assert "".join(out + c.flush()).replace(" ", "") == "Hello<|" + "a" * 600
+
+
+def test_chinese_text_breaks_at_its_own_marks_not_mid_word():
+    """Spark-TTS speaks Chinese: with no spaces and only Latin marks known, every cut was a
+    forced one at 60 / 250 characters, often inside a word (很|好)."""
+    text = "你好，欢迎使用我们的语音服务。今天天气很好，我们一起去公园散步吧！你觉得怎么样？" * 4
+    chunks = chunk_text(text)
+    assert "".join(chunks) == text
+    assert all(chunk[-1] in "。！？" for chunk in chunks)
+    assert len(chunks[0]) < ChunkerOptions().first_max_chars
+    # a clause mark ends a first chunk too, and a closing bracket stays with its sentence
+    opts = ChunkerOptions(first_min_chars=4, first_max_chars=60)
+    assert chunk_text("今天天气很好，我们一起去公园散步吧。", opts)[0] == "今天天气很好，"
+    assert chunk_text("「你好。」他说。然后我们一起走了很远很远的路。", ChunkerOptions(
+        first_min_chars=2, first_max_chars=60, min_chars=2))[0] == "「你好。」"

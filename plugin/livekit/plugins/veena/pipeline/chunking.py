@@ -2,8 +2,9 @@
 
 The first chunk is short (a clause) so first audio comes fast; later chunks are sentences,
 merged up to a minimum length so each request carries enough prosody. Sentence ends are
-Latin ``. ! ?`` and Indic ``। ॥``; decimals (3.14), abbreviations (Dr.), URLs and e-mail
-addresses (example.com) never end a sentence. No chunk exceeds ``max_chars``: an overlong
+Latin ``. ! ?``, Indic ``। ॥`` and Chinese/Japanese ``。！？`` (clause marks ``，；：、``
+too: that text has no spaces to break at); decimals (3.14), abbreviations (Dr.), URLs and
+e-mail addresses (example.com) never end a sentence. No chunk exceeds ``max_chars``: an overlong
 sentence breaks at a clause mark or a space (the one exception: a tag longer than
 ``max_chars`` is a chunk of its own, whole). Pure and synchronous.
 
@@ -25,9 +26,13 @@ from ..settings import env_int
 from ..validation import check_int
 from .tags import TAG_PATTERN, is_partial_tag_at
 
-SENTENCE_ENDS = ".!?।॥"
+_ALWAYS_ENDS = "।॥。！？"
+"""Sentence ends whatever follows them (no space comes after them in their scripts)."""
+SENTENCE_ENDS = ".!?" + _ALWAYS_ENDS
 CLAUSE_ENDS = ",;:—–"
-_CLOSERS = "\"'”’)]}»"
+_WIDE_CLAUSE_ENDS = "，；：、"
+"""Clause marks of unspaced scripts: a clause ends right after them."""
+_CLOSERS = "\"'”’)]}»」』）】》〉"
 _TAG = re.compile(TAG_PATTERN)
 _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st vs etc e.g i.e no inc ltd co mt fig approx dept est govt".split()
@@ -67,7 +72,7 @@ def _is_sentence_end(text: str, i: int, final: bool, bound: int) -> bool | None:
     A run of closers and marks reaching past ``bound`` ends one whatever follows (the chunk
     breaks within the run), so no reader waits on or rescans an endless ``!!!!``."""
     ch = text[i]
-    if ch in "।॥":
+    if ch in _ALWAYS_ENDS:
         return True
     if ch not in SENTENCE_ENDS:
         return False
@@ -194,6 +199,8 @@ class TextChunker:
                 else:
                     last_space = i
             elif ch in CLAUSE_ENDS and i + 1 < len(buf) and buf[i + 1].isspace():
+                last_clause = i + 1
+            elif ch in _WIDE_CLAUSE_ENDS:
                 last_clause = i + 1
             end = _is_sentence_end(buf, i, final, max_len)
             if end is None:
