@@ -24,7 +24,10 @@ KNOWN = ("laugh", "sigh", "laugh_harder")
     ("<happy> Hi", "Hi", ["<happy>"]),
     ("Hi <happy>", "Hi", ["<happy>"]),
     ("a  <x>   <y>  b", "a b", ["<x>", "<y>"]),  # whitespace around collapses to one space
-    ("Hello<happy>world", "Helloworld", ["<happy>"]),  # no whitespace: none added
+    ("Hello<happy>world", "Hello world", ["<happy>"]),  # between words: a word break
+    ("First line<br>Second line", "First line Second line", ["<br>"]),  # (was "lineSecond")
+    ("हाँ<br>नहीं", "हाँ नहीं", ["<br>"]),
+    ("(<x>quoted<y>)", "(quoted)", ["<x>", "<y>"]),  # beside punctuation: none added
     ("well <happy>, fine", "well, fine", ["<happy>"]),  # none before punctuation
     ("hi <x><laugh> there", "hi <laugh> there", ["<x>"]),
     # special-token injection forms

@@ -13,6 +13,7 @@ written back in the profile's spelling. Every other tag is removed, so the model
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Callable, Iterable, Sequence
 
 TAG_PATTERN = r"<(?:\|[^\s<>|]{0,64}\|>|/?[A-Za-z_][A-Za-z0-9_]{0,63}/?>)"
@@ -74,16 +75,16 @@ def _rewrite(text: str, keep: Callable[[str], str | None]) -> tuple[str, list[st
 
 
 def _rewrite_once(text: str, keep: Callable[[str], str | None]) -> tuple[str, list[str]]:
-    """One pass of ``_rewrite``: the whitespace around a removed tag becomes one space (none
-    at the text's edges, none where the tag touched words on both sides or before
-    punctuation)."""
+    """One pass of ``_rewrite``: a removed tag leaves one space where whitespace stood
+    around it or where it stood between two words (``line<br>next``: an LLM's line break),
+    none at the text's edges or before punctuation."""
     acc, removed = "", []
     pending = gap = False
     pos = 0
     for m in [*_TAG.finditer(text), None]:
         piece = text[pos:m.start()] if m is not None else text[pos:]
         if pending:
-            gap = gap or piece[:1].isspace()
+            gap = gap or piece[:1].isspace() or (_wordish(acc[-1:]) and _wordish(piece[:1]))
             piece = piece.lstrip()
         if piece:
             if pending and gap and acc and piece[0] not in _NO_SPACE_BEFORE:
@@ -105,6 +106,11 @@ def _rewrite_once(text: str, keep: Callable[[str], str | None]) -> tuple[str, li
             acc += rep
             pending = gap = False
     return acc, removed
+
+
+def _wordish(ch: str) -> bool:
+    """A letter, mark or digit of any script (a vowel sign too: ``हाँ``)."""
+    return bool(ch) and unicodedata.category(ch)[0] in "LMN"
 
 
 def strip_unknown_tags(text: str, known: Iterable[str]) -> tuple[str, list[str]]:
