@@ -237,3 +237,27 @@ def test_chinese_text_breaks_at_its_own_marks_not_mid_word():
     assert chunk_text("今天天气很好，我们一起去公园散步吧。", opts)[0] == "今天天气很好，"
     assert chunk_text("「你好。」他说。然后我们一起走了很远很远的路。", ChunkerOptions(
         first_min_chars=2, first_max_chars=60, min_chars=2))[0] == "「你好。」"
+
+
+_CLUSTERS = ["न", "स्त", "ते", "मि", "e\u0301", "👨\u200d👩\u200d👧", "☺\ufe0f", " "]
+
+
+@PROPERTY
+@given(units=st.lists(st.sampled_from(_CLUSTERS), min_size=1, max_size=40),
+       cuts=st.lists(st.integers(min_value=0), max_size=8), max_chars=st.integers(8, 16))
+def test_a_forced_cut_never_splits_a_character_as_read(units, cuts, max_chars):
+    """With no space or mark to break at, a cut fell between a letter and its vowel sign
+    (नमस्त|े), inside a conjunct or a joined emoji; streamed, it could not know yet whether
+    the next code point belonged to the last one."""
+    text = "".join(units)
+    opts = ChunkerOptions(first_min_chars=2, first_max_chars=8, min_chars=2,
+                          max_chars=max_chars)
+    c = TextChunker(opts)
+    streamed = [chunk for delta in _split(text, cuts) for chunk in c.push(delta)] + c.flush()
+    assert streamed == chunk_text(text, opts)
+    bounds = {sum(len(u) for u in units[:k]) for k in range(len(units) + 1)}
+    at = 0
+    for chunk in streamed:
+        at = text.index(chunk, at)
+        assert at in bounds and at + len(chunk) in bounds, (chunk, streamed)
+        at += len(chunk)

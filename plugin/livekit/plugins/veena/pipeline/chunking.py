@@ -20,6 +20,7 @@ waits for the character after a ``.``. A sentence end followed directly by a tag
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from ..settings import env_int
@@ -188,10 +189,10 @@ class TextChunker:
                 if m is not None:  # a tag is one unit: nothing inside it ends anything
                     i = tag_end = m.end()
                     if i > max_len:  # break before it; a tag longer than max_len is whole
-                        return _forced_cut(last_clause, last_space, space_after_tag,
+                        return _forced_cut(buf, final, last_clause, last_space, space_after_tag,
                                            m.start() or i)
                     if i == max_len:
-                        return _forced_cut(last_clause, last_space, space_after_tag, i)
+                        return _forced_cut(buf, final, last_clause, last_space, space_after_tag, i)
                     continue
             if ch.isspace():
                 if i == tag_end:
@@ -208,7 +209,7 @@ class TextChunker:
             if end:
                 cut = _end_after_closers(buf, i, max_len)
                 if cut > max_len:  # "...end.।।" past the bound: break within it
-                    return _forced_cut(last_clause, last_space, space_after_tag, max_len)
+                    return _forced_cut(buf, final, last_clause, last_space, space_after_tag, max_len)
                 if len(buf[:cut].strip()) >= min_len:
                     return self._settle(cut, cut, final, max_len)
                 i = cut
@@ -216,7 +217,7 @@ class TextChunker:
             if first and last_clause is not None and last_clause >= min_len:
                 return self._settle(last_clause, last_clause, final, max_len)
             if i + 1 >= max_len:
-                return _forced_cut(last_clause, last_space, space_after_tag, i + 1)
+                return _forced_cut(buf, final, last_clause, last_space, space_after_tag, i + 1)
             i += 1
         return None
 
@@ -228,14 +229,30 @@ class TextChunker:
         return found
 
 
-def _forced_cut(last_clause: int | None, last_space: int | None,
-                space_after_tag: int | None, fallback: int) -> int:
+def _forced_cut(text: str, final: bool, last_clause: int | None, last_space: int | None,
+                space_after_tag: int | None, fallback: int) -> int | None:
     """Where an overlong chunk breaks: a clause mark, else a space (one that parts a tag
-    from its word last), else ``fallback`` (one unbroken run of max_len characters)."""
+    from its word last), else ``fallback`` (one unbroken run of max_len characters), moved
+    back to the start of its character as read (a vowel sign or accent stays on its letter,
+    a joined emoji whole); None while what follows ``fallback`` is not known yet."""
     for cut in (last_clause, last_space, space_after_tag):
         if cut is not None and cut > 0:
             return cut
-    return fallback
+    if fallback >= len(text) and not final:
+        return None  # the next character may belong to the last one
+    cut = fallback
+    while 0 < cut < len(text) and _joins_previous(text, cut):
+        cut -= 1
+    return cut or fallback
+
+
+def _joins_previous(text: str, i: int) -> bool:
+    """``text[i]`` belongs to the character before it: a combining mark (category M), a
+    zero-width joiner, a variation selector, what follows a joiner, or the consonant after
+    a virama (an Indic conjunct: स्त)."""
+    ch, before = text[i], text[i - 1]
+    return (unicodedata.category(ch)[0] == "M" or ch in "\u200d\ufe0e\ufe0f"
+            or before == "\u200d" or unicodedata.combining(before) == 9)
 
 
 def chunk_text(text: str, options: ChunkerOptions = ChunkerOptions()) -> list[str]:
