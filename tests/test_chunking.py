@@ -261,3 +261,13 @@ def test_a_forced_cut_never_splits_a_character_as_read(units, cuts, max_chars):
         at = text.index(chunk, at)
         assert at in bounds and at + len(chunk) in bounds, (chunk, streamed)
         at += len(chunk)
+
+
+def test_a_clause_mark_at_the_end_of_a_delta_cuts_as_in_the_whole_text():
+    """A delta ending with "," exactly at max_chars: the stream did not wait to see the
+    space after it and broke at the last space instead ('dddd,' moved to the next chunk)."""
+    opts = ChunkerOptions(first_min_chars=19, first_max_chars=20, min_chars=2, max_chars=20)
+    c = TextChunker(opts)
+    streamed = c.push("aaaa bbbb cccc dddd,") + c.push(" eeee ffff.") + c.flush()
+    assert streamed == chunk_text("aaaa bbbb cccc dddd, eeee ffff.", opts) == [
+        "aaaa bbbb cccc dddd,", "eeee ffff."]

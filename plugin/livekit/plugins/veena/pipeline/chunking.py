@@ -203,6 +203,8 @@ class TextChunker:
                 last_clause = i + 1
             elif ch in _WIDE_CLAUSE_ENDS:
                 last_clause = i + 1
+            elif ch in CLAUSE_ENDS and i + 1 == len(buf) and not final:
+                return None  # a clause ends here if a space follows: wait to know
             end = _is_sentence_end(buf, i, final, max_len)
             if end is None:
                 return None  # wait for the next character
