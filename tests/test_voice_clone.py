@@ -127,6 +127,9 @@ def test_float_wav():
     (wav_bytes(speech_like(31.0, 8000), 8000), "too_long"),
     (wav_bytes(np.zeros(32000), 16000), "silent"),
     (wav_bytes(np.zeros((0,)), 16000), "empty"),
+    # finite but absurd float samples: soxr overflowed and every id came out -2**63, which
+    # the client heard as "cannot_clone" (a SNAC model, or no speaker encoder)
+    (float_wav_bytes(np.full(32000, 1e30), 44100), "unsupported"),
 ])
 def test_bad_clips_are_refused_with_a_reason(data, reason):
     with pytest.raises(ReferenceClipError) as e:

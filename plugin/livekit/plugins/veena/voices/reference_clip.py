@@ -21,6 +21,9 @@ import numpy as np
 MIN_SECONDS = 1.0
 MAX_SECONDS = 30.0
 SILENCE_PEAK = 1e-3
+MAX_FLOAT_PEAK = 1000.0
+"""A float WAV may go past full scale (the clip is never clipped); 60 dB past it is not
+audio but garbage, refused as ``unsupported``."""
 """A clip whose peak stays below this (about -60 dBFS) is silence."""
 
 _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
@@ -93,6 +96,10 @@ def read_wav(data: bytes) -> tuple[np.ndarray, int]:
     else:
         audio = np.frombuffer(raw, kind).astype(np.float64)
     audio = np.nan_to_num(audio, nan=0.0, posinf=1.0, neginf=-1.0)
+    if audio.size and float(np.abs(audio).max()) > MAX_FLOAT_PEAK:
+        # (float samples only can): the resampler overflows and the encoder gives nonsense
+        raise ReferenceClipError("unsupported", "float samples far outside [-1, 1] (peak "
+                                 f"{float(np.abs(audio).max()):.3g}): not audio as a WAV holds it")
     return audio.astype(np.float64).reshape(-1, channels), rate
 
 
