@@ -588,3 +588,17 @@ async def test_a_plugin_stream_flushes_live_text_and_its_aclose_cancels_on_the_s
         finally:
             await stream.aclose()
             await t.aclose()
+
+
+def test_a_bad_setting_is_one_line_before_any_model_loading(tmp_path):
+    """A server setting was first read as the app was made, after the model load (minutes
+    on a GPU box; in each worker, with a traceback): here the model cannot even be found,
+    and the setting is still what it reports."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VEENA_MAX_CONNECTIONS="0")
+    proc = subprocess.run(
+        [sys.executable, "-m", "livekit.plugins.veena.cli", "serve", "--model",
+         str(tmp_path / "no-such-model"), "--port", str(_free_port())],
+        env=env, capture_output=True, text=True, timeout=600)  # a hang guard only
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "max_connections must be in [1, " in proc.stderr
+    assert "cannot load the model" not in proc.stderr and "Traceback" not in proc.stderr

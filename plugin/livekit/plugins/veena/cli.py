@@ -283,13 +283,17 @@ def main(argv: list[str] | None = None) -> int:
                     extra={"dir": str(path)})
         return 0
     if args.command == "serve":
-        from .server.app import run_server
+        from .pipeline.pipeline import PipelineOptions
+        from .server.app import ServerOptions, run_server
         from .server.workers import run_workers
         from .settings import env_bool, env_int
         from .validation import check_int
 
         model = _resolve_model(args.model, args.profile)
         try:
+            # every setting read now, before minutes of model loading (or in each worker)
+            ServerOptions.from_env()
+            PipelineOptions.from_env()
             port = check_int("port", args.port if args.port is not None
                              else env_int("VEENA_PORT", 8700), 0, 65535)
             workers = args.workers if args.workers is not None else env_int(
