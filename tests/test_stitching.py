@@ -63,7 +63,11 @@ def test_crossfade_and_int16():
     assert len(mixed) == 6 and np.all(np.diff(mixed[:5]) < 0) and mixed[5] == 0
     pcm = to_int16(np.array([-2.0, -1.0, 0.0, 0.5, 1.0, 3.0]))
     assert pcm.dtype == np.int16
-    assert list(pcm) == [-32767, -32767, 0, 16383, 32767, 32767]
+    assert list(pcm) == [-32767, -32767, 0, 16384, 32767, 32767]
+    # rounded, not truncated toward zero: 0.9 and 1.9 of a step are 1 and 2 steps
+    lsb = 1 / 32767
+    assert list(to_int16(np.array([0.9, 1.9, -0.9, -1.6, 0.4]) * lsb)) == [1, 2, -1, -2, 0]
+    assert list(to_int16(np.array([0.9, -0.9], np.float32) * np.float32(lsb))) == [1, -1]
 
 
 def test_stitcher_rejects_gaps():

@@ -16,8 +16,11 @@ from .windowing import Window
 
 
 def to_int16(audio: np.ndarray) -> np.ndarray:
-    """Float [-1, 1] to int16 PCM, clipping instead of wrapping."""
-    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
+    """Float [-1, 1] to int16 PCM, rounded to the nearest step (a cast alone truncates
+    toward zero: twice the quantisation error, and crossover distortion on quiet audio),
+    clipping instead of wrapping."""
+    scaled = np.clip(audio, -1.0, 1.0) * 32767.0
+    return np.rint(scaled, out=scaled).astype(np.int16)
 
 
 @functools.lru_cache(maxsize=16)
