@@ -148,3 +148,34 @@ def test_chunk_joiner_short_chunks_and_no_crossfade():
         joiner.end_chunk()
     total += len(joiner.finish())
     assert total == 4 + 7 + 30 - 4 - 7  # each short chunk fades entirely into the next
+
+
+def test_a_chunk_whose_first_audio_is_shorter_than_the_held_tail_keeps_order_and_fade():
+    """A crossfade longer than a chunk's first push (``chunk_crossfade_ms`` past one
+    window's audio, or a short chunk): the rest of the tail was faded again from the top
+    (the earlier chunk's share jumped from 0 back to 1: a click), and a chunk shorter than
+    the tail had the earlier chunk's samples played after it."""
+    from livekit.plugins.veena.pipeline.stitching import ChunkJoiner
+
+    joiner = ChunkJoiner(2400)
+    out = [joiner.push(np.ones(6144, np.float32), last=True)]
+    joiner.end_chunk()
+    out += [joiner.push(np.zeros(2048, np.float32)),
+            joiner.push(np.zeros(4096, np.float32), last=True)]
+    assert joiner.end_chunk() == 2048  # the seam is as long as the first push
+    share = np.concatenate(out + [joiner.finish()])  # the first chunk's share of each sample
+    assert len(share) == 6144 + 6144 - 2048
+    assert np.all(np.diff(share) <= 0), "the earlier chunk's share never rises again"
+    assert share[6144 - 2048 - 1] == 1.0 and share[6144] == 0.0
+
+    joiner = ChunkJoiner(8)  # a 3-sample chunk between two longer ones
+    a, b, c = np.arange(1, 21, dtype=np.float32), np.full(3, 100, np.float32), np.zeros(50, np.float32)
+    out = [joiner.push(a, last=True)]
+    joiner.end_chunk()
+    out.append(joiner.push(b, last=True))
+    assert joiner.end_chunk() == 3
+    out += [joiner.push(c, last=True), joiner.finish()]
+    audio = np.concatenate(out)
+    assert len(audio) == 20 + 3 + 50 - 3 - 3
+    assert np.array_equal(audio[:17], a[:17])  # a's samples all come before b's mix
+    assert np.all(audio[20:] == 0)

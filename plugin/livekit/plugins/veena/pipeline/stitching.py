@@ -102,27 +102,39 @@ class ChunkJoiner:
         self.crossfade = max(0, crossfade_samples)
         self._held = np.zeros(0, dtype=np.float32)
         self._fade_in = np.zeros(0, dtype=np.float32)  # held tail awaiting the next chunk
+        self._overlap = 0
 
     def push(self, pcm: np.ndarray, last: bool = False) -> np.ndarray:
         """``last``: the chunk's last audio (its tail is held for the next chunk's seam; a
         last push shorter than the crossfade holds all of itself). A chunk whose last audio
         came unflagged (a window with no right context can be handed on before its request
-        is known to have ended) joins the next one without a crossfade."""
+        is known to have ended) joins the next one without a crossfade.
+
+        A seam is made whole at the chunk's first audio: where that is shorter than the held
+        tail, the seam is as long as it (the tail's start plays as it was), so no sample of
+        one chunk plays after the next one's and no fade starts over."""
         audio = pcm.astype(np.float32, copy=False)
-        if len(self._fade_in):
-            n = min(len(self._fade_in), len(audio))
-            audio = np.concatenate([crossfade(self._fade_in[:n], audio[:n]), audio[n:]])
-            self._fade_in = self._fade_in[n:]
+        lead = 0  # the earlier chunk's samples at the front, never held for the next seam
+        if len(self._fade_in) and len(audio):
+            tail = self._fade_in
+            n = min(len(tail), len(audio))
+            lead = len(tail) - n
+            audio = np.concatenate([tail[:lead], crossfade(tail[lead:], audio[:n]), audio[n:]])
+            self._fade_in = np.zeros(0, dtype=np.float32)
+            self._overlap = n
         if len(self._held):
             audio = np.concatenate([self._held, audio])
-        cut = max(0, len(audio) - self.crossfade) if last else len(audio)
+        cut = max(lead, len(audio) - self.crossfade) if last else len(audio)
         self._held = audio[cut:]
         return audio[:cut]
 
-    def end_chunk(self) -> None:
-        """The current chunk is complete: its held tail fades into the next chunk."""
+    def end_chunk(self) -> int:
+        """The current chunk is complete: its held tail fades into the next chunk. Returns
+        how many of its samples overlapped the chunk before it (its seam's length)."""
         self._fade_in = np.concatenate([self._fade_in, self._held])
         self._held = np.zeros(0, dtype=np.float32)
+        overlap, self._overlap = self._overlap, 0
+        return overlap
 
     def finish(self) -> np.ndarray:
         rest = np.concatenate([self._fade_in, self._held])

@@ -279,19 +279,19 @@ class Turn:
                 self.audio_pushed = True
 
         try:
-            index, start, spoken = 0, 0, False
+            index, start = 0, 0
             while (chunk := await order.get()) is not None:
                 chunk.play(play)
                 await self._until_ended(chunk, index)
                 if chunk.error is not None:
                     raise chunk.error
-                joiner.end_chunk()
+                overlap = joiner.end_chunk()
                 samples = chunk.samples
                 if samples:  # a seam's crossfade counts as the earlier chunk's
-                    end = start + samples - (joiner.crossfade if spoken else 0)
+                    end = start + samples - overlap
                     if self._texts[index]:
                         self.on_chunk_spoken(self._texts[index], start / rate, end / rate)
-                    start, spoken = end, True
+                    start = end
                 index += 1
             tail = joiner.finish()
             if len(tail):
