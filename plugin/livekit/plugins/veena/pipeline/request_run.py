@@ -31,6 +31,7 @@ from .pacing import AdaptivePlanner, PacingOptions
 from .parsing import TokenTable
 from .scheduler import DecodeScheduler
 from .stitching import Stitcher
+from .tasks import settle
 from .timings import Timings
 from .windowing import Window, WindowOptions, WindowPlanner
 
@@ -203,8 +204,7 @@ class RequestRun:
         dropped = self._drop_windows()
         if self._producer is not None and not self._producer.done():
             self._producer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._producer
+            await settle([self._producer])
         dropped += self._drop_windows()
         if dropped:
             logger.info("dropped pending decode windows",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
 import logging
 import time
@@ -24,6 +23,7 @@ from .engine_options import SamplingOptions
 from .gc_heap import full_collections
 from .request_run import RequestRun, RunHost
 from .stitching import to_int16
+from .tasks import settle
 from .timings import Timings
 
 logger = logging.getLogger(__name__)
@@ -165,5 +165,4 @@ class Synthesis:
             finally:
                 if not player.done():
                     player.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await player
+                await settle([player])

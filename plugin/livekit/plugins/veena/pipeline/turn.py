@@ -17,7 +17,6 @@ tokens), and the words reported for transcripts carry no tag at all.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass
 from typing import AsyncIterable, Callable
@@ -29,6 +28,7 @@ from .engine_options import SamplingOptions, draw_seed
 from .pipeline import EmptyTextError, Pipeline
 from .stitching import ChunkJoiner
 from .tags import spoken_text, strip_unknown_tags
+from .tasks import settle
 
 _unknown_tags_removed = 0
 _removed_listeners: list[Callable[[int], None]] = []
@@ -322,6 +322,4 @@ class Turn:
         tasks = [t for t in (*self._tasks, *extra) if not t.done()]
         for t in tasks:
             t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await settle(tasks)
