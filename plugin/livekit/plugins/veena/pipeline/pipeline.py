@@ -301,6 +301,18 @@ class Pipeline:
         pipeline.codec_model = codec_model
         return pipeline
 
+    async def _once(self, name: str) -> None:
+        """Await the shared start step held in attribute ``name``; a step that failed is
+        dropped, so the next start tries it again (a transient CUDA out-of-memory while
+        vLLM still starts must not fail every request until the process restarts)."""
+        step = getattr(self, name)
+        try:
+            await asyncio.shield(step)
+        except Exception:
+            if getattr(self, name) is step and step.done() and not step.cancelled():
+                setattr(self, name, None)
+            raise
+
     async def start(self, timeout: float | None = None) -> None:
         """Start vLLM and warm the codec; safe to call many times and from many callers.
 
@@ -315,10 +327,10 @@ class Pipeline:
         if self._warm is None:
             self._warm = self.scheduler.run_on_codec_thread(self.codec.warmup)
         await self.engine.start(timeout)
-        await asyncio.shield(self._warm)
+        await self._once("_warm")
         if self._graphs is None:
             self._graphs = loop.run_in_executor(None, self._capture_graphs)
-        await asyncio.shield(self._graphs)
+        await self._once("_graphs")
         if not self._ready:
             self.table.as_lists()  # the tokenizer and token table, before the first request
             if self.options.freeze_gc_heap:

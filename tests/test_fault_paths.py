@@ -1,6 +1,9 @@
-"""An interruption is an interruption, whatever else is going on: a turn cancelled while it
+"""Fault paths of the turn and the pipeline on the fake engine (no vLLM).
+
+An interruption is an interruption, whatever else is going on: a turn cancelled while it
 waits for its other chunks' engine requests to end (after one chunk failed) ends cancelled,
-not with that chunk's error (which livekit would retry: interrupted speech spoken again)."""
+not with that chunk's error (which livekit would retry: interrupted speech spoken again).
+A start step that failed is tried again by the next start."""
 
 import asyncio
 from dataclasses import replace
@@ -96,3 +99,29 @@ async def test_settle_waits_for_every_task_and_keeps_only_the_callers_cancel():
     with pytest.raises(asyncio.CancelledError):
         await outer
     assert inner.done()
+
+
+async def test_a_codec_warm_up_that_failed_once_is_tried_again():
+    """The warm-up's future was made once and kept: a transient failure (CUDA out of
+    memory while vLLM still started) failed every later start and request for good."""
+    from livekit.plugins.veena.models.profiles import VEENA
+    from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+
+    from .server.fakes import FakeEngine, SilentCodec
+
+    class FlakyCodec(SilentCodec):
+        warmups = 0
+
+        def warmup(self) -> None:
+            FlakyCodec.warmups += 1
+            if FlakyCodec.warmups == 1:
+                raise RuntimeError("CUDA out of memory")
+
+    p = Pipeline(FakeEngine(), FlakyCodec(), VEENA, PipelineOptions())
+    try:
+        with pytest.raises(RuntimeError, match="out of memory"):
+            await p.start()
+        await p.start()
+        assert p.ready and FlakyCodec.warmups == 2
+    finally:
+        await p.aclose()
