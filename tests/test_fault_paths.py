@@ -125,3 +125,26 @@ async def test_a_codec_warm_up_that_failed_once_is_tried_again():
         assert p.ready and FlakyCodec.warmups == 2
     finally:
         await p.aclose()
+
+
+async def test_a_pipeline_closed_under_a_turn_ends_it_at_once_with_the_reason():
+    """The decode scheduler closed while a window was in the codec: the chunk's task was
+    cancelled from inside (nobody had cancelled it), so its turn never heard the chunk end
+    and waited out its whole timeout, then blamed the engine ("no progress")."""
+    from livekit.plugins.veena.pipeline.engine import EngineClosedError
+
+    from .helpers import gated_codec, wait_thread_event
+
+    async with fake_pipeline() as p:
+        turn = Turn(p, TurnOptions(voice=p.profile.default_voice,
+                                   sampling=p.default_sampling(), seed=1, timeout=3600.0))
+
+        async def texts():
+            yield "Hello there, this is a test."
+
+        with gated_codec(p) as decoding:
+            speaking = asyncio.create_task(turn.speak(texts(), lambda pcm: None))
+            assert await wait_thread_event(decoding)
+            await p.scheduler.aclose()
+            with pytest.raises(EngineClosedError, match="pipeline closed"):
+                await asyncio.wait_for(speaking, HANG_GUARD_S)

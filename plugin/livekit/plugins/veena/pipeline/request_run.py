@@ -26,7 +26,7 @@ import numpy as np
 
 from ..codecs.base import Codec, StreamPart
 from .alarm import SharedAlarm
-from .engine import EngineError, SamplingOptions, VllmEngine
+from .engine import EngineClosedError, EngineError, SamplingOptions, VllmEngine
 from .pacing import AdaptivePlanner, PacingOptions
 from .parsing import TokenTable
 from .scheduler import DecodeScheduler
@@ -172,9 +172,11 @@ class RequestRun:
         try:
             while submitted and submitted[0][1].done():
                 window, fut = submitted.popleft()
-                if fut.cancelled():  # the scheduler closed under the run
-                    finished.cancel()
-                    return
+                if fut.cancelled():  # the scheduler closed under the run: a failure of
+                    # the run, in order (a cancel here ended a task nobody cancelled, and
+                    # its turn waited out its whole timeout)
+                    raise EngineClosedError(f"the pipeline closed under request "
+                                            f"{self.request_id}")
                 audio = fut.result()  # a decode failure is raised here, in order
                 self.pending_windows -= 1
                 self._moved()
@@ -202,7 +204,7 @@ class RequestRun:
         # windows go first: the codec wastes no call on them while vLLM's abort is awaited,
         # and no one sees the engine settled with this run's windows still queued
         dropped = self._drop_windows()
-        if self._producer is not None and not self._producer.done():
+        if self._producer is not None:  # (a failed one's error is taken here too)
             self._producer.cancel()
             await settle([self._producer])
         dropped += self._drop_windows()
