@@ -550,12 +550,17 @@ async def test_metrics_have_sensible_values_after_one_stream():
         assert (await _metrics(s, server.url))["veena_connections"] == 0
 
 
-def test_serve_on_a_model_that_cannot_be_loaded_exits_3_with_one_error_line(tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VEENA_ENGINE_DEAD_EXIT_S="0")
-    proc = subprocess.run(
+def _serve_missing_model(tmp_path, **env) -> subprocess.CompletedProcess:
+    """``veena-tts serve`` on a model that is not there, with ``env`` added."""
+    return subprocess.run(
         [sys.executable, "-m", "livekit.plugins.veena.cli", "serve", "--model",
          str(tmp_path / "no-such-model"), "--port", str(_free_port())],
-        env=env, capture_output=True, text=True, timeout=600)  # a hang guard only
+        env=dict(os.environ, HF_HUB_OFFLINE="1", **env), capture_output=True, text=True,
+        timeout=600)  # a hang guard only
+
+
+def test_serve_on_a_model_that_cannot_be_loaded_exits_3_with_one_error_line(tmp_path):
+    proc = _serve_missing_model(tmp_path, VEENA_ENGINE_DEAD_EXIT_S="0")
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
 
@@ -594,11 +599,7 @@ def test_a_bad_setting_is_one_line_before_any_model_loading(tmp_path):
     """A server setting was first read as the app was made, after the model load (minutes
     on a GPU box; in each worker, with a traceback): here the model cannot even be found,
     and the setting is still what it reports."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VEENA_MAX_CONNECTIONS="0")
-    proc = subprocess.run(
-        [sys.executable, "-m", "livekit.plugins.veena.cli", "serve", "--model",
-         str(tmp_path / "no-such-model"), "--port", str(_free_port())],
-        env=env, capture_output=True, text=True, timeout=600)  # a hang guard only
+    proc = _serve_missing_model(tmp_path, VEENA_MAX_CONNECTIONS="0")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "max_connections must be in [1, " in proc.stderr
     assert "cannot load the model" not in proc.stderr and "Traceback" not in proc.stderr
