@@ -248,10 +248,56 @@ async def test_a_maya1_request_stops_at_end_of_speech(maya1_pipeline):
 
 @pytest.mark.engine
 async def test_a_description_and_a_tag_speak_end_to_end(maya1_pipeline):
+    """The audio is the one-pass decode of its frames less the first frame: Maya1's
+    reference drops the decoder's warm-up (``audio[2048:]``) and its streaming reference
+    never plays frame 0."""
+    from livekit.plugins.veena.codecs.base import CodecInput
+    from livekit.plugins.veena.pipeline.pipeline import piece_seed
+
     syn = maya1_pipeline.synthesize("Hello <laugh> there.", voice=f"  {DESCRIPTION} ", seed=3)
     pcm = await syn.collect()
-    assert len(pcm) > 0 and len(pcm) % 2048 == 0 and np.abs(pcm).max() > 0
-    assert syn.tracks[0].steps and maya1_pipeline.sample_rate == 24000
+    frames = syn.tracks[0].steps
+    assert len(frames) > 1 and maya1_pipeline.sample_rate == 24000
+    assert len(pcm) == (len(frames) - 1) * 2048 and np.abs(pcm).max() > 0
+    (one,) = maya1_pipeline.scheduler.codec.decode(
+        [CodecInput(np.stack(frames), 0, piece_seed(syn.seed, 0))])
+    err = pcm.astype(np.float32) / 32767 - np.clip(one[2048:], -1, 1)
+    assert np.abs(err).max() < 5e-3  # the windowed decode's bound (tests/test_pipeline.py)
+    assert syn.timings.audio_seconds == pytest.approx(len(pcm) / 24000)
+
+
+def test_only_maya1_trims_the_decoders_warm_up():
+    from livekit.plugins.veena.models.profiles import ORPHEUS, PROFILES
+
+    assert family_for(MAYA1).trim_start_steps == 1
+    assert family_for(ORPHEUS).trim_start_steps == 0  # its card decodes every frame
+    assert [p.name for p in PROFILES.values() if family_for(p).trim_start_steps] == ["maya1"]
+
+
+async def test_the_planner_counts_no_trimmed_audio_as_heard():
+    """The listener never hears the trimmed frame: a planner that counted it would think
+    it held 85 ms more than it does and wait that much too long at exactly real time."""
+    from livekit.plugins.veena.pipeline.pacing import AdaptivePlanner, PacingOptions
+    from livekit.plugins.veena.pipeline.windowing import Window, WindowOptions
+
+    planner = AdaptivePlanner(WindowOptions(), PacingOptions(), 2048 / 24000, lambda n: None)
+    planner.unheard_steps = 1
+    planner.delivered(Window(0, 1, 0, 1), now=10.0)  # all of it trimmed
+    assert planner.first_audio_at is None and planner.buffer_s(10.0) == 0
+    planner.delivered(Window(1, 4, 1, 4), now=10.0)
+    assert planner.first_audio_at == 10.0
+    assert planner.buffer_s(10.0) == pytest.approx(3 * 2048 / 24000)
+
+    p = Pipeline(FakeEngine(), SilentCodec(), MAYA1, PipelineOptions(adaptive_windows=True))
+    await p.start()
+    try:
+        heard = []
+        syn = p.synthesize("Hello there.", sampling=replace(p.default_sampling(),
+                                                             max_tokens=70), seed=1)
+        await syn.play(lambda pcm, final: heard.append(len(pcm)))
+        assert sum(heard) == 9 * 2048  # ten frames, the first one dropped
+    finally:
+        await p.aclose()
 
 
 # -- the command line ------------------------------------------------------------------------

@@ -134,6 +134,10 @@ class SnacProfile(_Voices):
     # True: only ``stop_token_ids`` end a request, never the tokenizer's EOS (Maya1's
     # prompt carries 128009 and its generation must not stop on it)
     ignore_eos: bool = False
+    # frames the model's reference drops at the start of each generation (the decoder's
+    # warm-up): Maya1's transformers_inference.py cuts ``audio[2048:]`` ("Trim warmup") and
+    # its vLLM streaming reference never outputs frame 0
+    trim_start_frames: int = 0
     prompt_source: str = ""
     # hub ids of checkpoints this profile reads (picked for them when no profile is named)
     model_ids: tuple[str, ...] = ()
@@ -337,6 +341,7 @@ MAYA1 = SnacProfile(
     voice_prompts=MAYA1_PRESETS,
     tags=MAYA1_TAGS,
     ignore_eos=True,
+    trim_start_frames=1,
     model_ids=("maya-research/maya1",),
     sampling=SamplingDefaults(temperature=0.4, top_p=0.9, repetition_penalty=1.1,
                               min_tokens=28),

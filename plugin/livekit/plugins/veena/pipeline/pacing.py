@@ -88,6 +88,8 @@ class AdaptivePlanner:
         self.pacing = pacing.validate()
         self.sizes = planner_sizes(window, pacing)
         self.step_s = step_s
+        self.unheard_steps = 0
+        """Steps at the start the listener never hears (the reference's warm-up trim)."""
         self._cost = decode_cost
         self._ctx = self.window.left + self.window.right
         self.kept = 0
@@ -119,9 +121,15 @@ class AdaptivePlanner:
         self.final = True
 
     def delivered(self, window: Window, now: float) -> None:
-        """``window``'s audio reached the listener at ``now``."""
-        duration = (window.keep_end - window.keep_start) * self.step_s
-        self.delivered_steps += window.keep_end - window.keep_start
+        """``window``'s audio reached the listener at ``now`` (less what is trimmed from
+        the start, ``unheard_steps``: the listener never hears it)."""
+        steps = window.keep_end - window.keep_start
+        self.delivered_steps += steps
+        heard = max(0, steps - self.unheard_steps)
+        self.unheard_steps -= steps - heard
+        duration = heard * self.step_s
+        if not heard and self.first_audio_at is None:
+            return
         if self.first_audio_at is None:
             self.first_audio_at, self.play_end = now, now + duration
             return

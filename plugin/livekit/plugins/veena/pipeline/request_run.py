@@ -95,6 +95,7 @@ class RequestRun:
                 pipeline.window, pipeline.pacing,
                 pipeline.codec.samples_per_step / pipeline.sample_rate,
                 pipeline.scheduler.decode_cost)
+            self.planner.unheard_steps = pipeline.family.trim_start_steps
             self._ramp: WindowPlanner | None = None
         else:
             self.planner, self._ramp = None, WindowPlanner(pipeline.window)
@@ -105,6 +106,8 @@ class RequestRun:
         new_stream = getattr(pipeline.codec, "new_stream", None)
         self._stream = new_stream(self.seed) if new_stream is not None else None
         """A streaming codec's decoder state for this run (dropped with it)."""
+        self._unheard = pipeline.family.trim_start_steps * pipeline.codec.samples_per_step
+        """Samples still to drop from the start, as the model's reference does."""
         self._stream_sent = 0
         """Steps sent to that stream in windows so far (the next window skips them)."""
         self.stitcher = Stitcher(pipeline.codec.samples_per_step,
@@ -187,7 +190,11 @@ class RequestRun:
                 last = not submitted and (self._no_more_windows or (
                     self.planner is not None and self.planner.exhausted))
                 self._done_sent = last
-                self._sink(self.stitcher.push(window, audio), last)
+                pcm = self.stitcher.push(window, audio)
+                if self._unheard:
+                    cut = min(self._unheard, len(pcm))
+                    pcm, self._unheard = pcm[cut:], self._unheard - cut
+                self._sink(pcm, last)
         except Exception as e:  # the run ends with it, where the listener has reached
             finished.set_exception(e)
             return

@@ -64,6 +64,11 @@ class ModelFamily:
     def __init__(self, profile: Any) -> None:
         self.profile = profile
 
+    @property
+    def trim_start_steps(self) -> int:
+        """Codec steps at the start of each request the model's reference never plays."""
+        return getattr(self.profile, "trim_start_frames", 0)
+
     # -- what every family must say --------------------------------------------------------
     def default_window(self, options: WindowDefaults) -> WindowOptions:
         raise NotImplementedError
