@@ -271,3 +271,11 @@ def test_a_clause_mark_at_the_end_of_a_delta_cuts_as_in_the_whole_text():
     streamed = c.push("aaaa bbbb cccc dddd,") + c.push(" eeee ffff.") + c.flush()
     assert streamed == chunk_text("aaaa bbbb cccc dddd, eeee ffff.", opts) == [
         "aaaa bbbb cccc dddd,", "eeee ffff."]
+
+
+def test_moving_a_forced_cut_back_never_enters_a_tag_nor_passes_a_space():
+    tight = ChunkerOptions(first_min_chars=2, first_max_chars=9, min_chars=2, max_chars=9)
+    assert chunk_text("ab<laugh>\u0301cd efg", tight)[0] == "ab<laugh>"  # not 'ab<laugh'
+    tight = ChunkerOptions(first_min_chars=2, first_max_chars=8, min_chars=2, max_chars=8)
+    # a word ending in a virama (Tamil's pulli) is cut at its space, as any word
+    assert chunk_text("abcdefg\u094d ijklmn", tight) == ["abcdefg\u094d", "ijklmn"]

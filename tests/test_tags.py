@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from livekit.plugins.veena.models.profiles import MAYA1, MAYA1_TAGS, ORPHEUS, VEENA
 from livekit.plugins.veena.pipeline.tags import (
     find_tags,
-    partial_tag_start,
+    is_partial_tag_at,
     spoken_text,
     strip_unknown_tags,
     tag_instructions,
@@ -27,6 +27,7 @@ KNOWN = ("laugh", "sigh", "laugh_harder")
     ("Hello<happy>world", "Hello world", ["<happy>"]),  # between words: a word break
     ("First line<br>Second line", "First line Second line", ["<br>"]),  # (was "lineSecond")
     ("हाँ<br>नहीं", "हाँ नहीं", ["<br>"]),
+    ("你好<happy>世界。", "你好世界。", ["<happy>"]),  # words meet without a space there
     ("(<x>quoted<y>)", "(quoted)", ["<x>", "<y>"]),  # beside punctuation: none added
     ("well <happy>, fine", "well, fine", ["<happy>"]),  # none before punctuation
     ("hi <x><laugh> there", "hi <laugh> there", ["<x>"]),
@@ -102,12 +103,12 @@ def test_spoken_text_has_no_tag_at_all():
 
 def test_find_tags_and_partial_tags():
     assert [m.group() for m in find_tags("a <x> b <|y|> c < d >")] == ["<x>", "<|y|>"]
-    assert partial_tag_start("Hello <lau") == 6
-    assert partial_tag_start("Hello <") == 6
-    assert partial_tag_start("x <|eot_i") == 2
-    assert partial_tag_start("x </") == 2 and partial_tag_start("x <laugh/") == 2
-    assert partial_tag_start("Hello <laugh>") is None
-    assert partial_tag_start("a < b") is None and partial_tag_start("plain") is None
+    assert is_partial_tag_at("Hello <lau", 6) and is_partial_tag_at("Hello <", 6)
+    assert is_partial_tag_at("x <|eot_i", 2)
+    assert is_partial_tag_at("x </", 2) and is_partial_tag_at("x <laugh/", 2)
+    assert not is_partial_tag_at("Hello <laugh>", 6)
+    assert not is_partial_tag_at("a < b", 2) and not is_partial_tag_at("plain", 0)
+    assert not is_partial_tag_at("<|" + "a" * 65, 0)  # longer than any tag: text
 
 
 def test_tag_instructions():

@@ -469,13 +469,20 @@ def test_a_worker_whose_engine_fails_to_start_never_opens_the_shared_port(monkey
     for ``VEENA_ENGINE_DEAD_EXIT_S`` took its share of the connections, answering them the
     non-retryable ``engine_dead`` while its siblings were healthy. Now it exits 3 at once."""
     monkeypatch.setenv("VEENA_ENGINE_DEAD_EXIT_S", "3600")  # the old code served this long
-    monkeypatch.setattr(app_module.Pipeline, "from_model", staticmethod(
-        lambda model, profile=None, engine_core=None: Pipeline(
-            _SlowStartEngine(fail=True), SilentCodec(), VEENA, PipelineOptions())))
+    made = []
+
+    def from_model(model, profile=None, engine_core=None):
+        made.append(Pipeline(_SlowStartEngine(fail=True), SilentCodec(), VEENA,
+                             PipelineOptions()))
+        return made[0]
+
+    monkeypatch.setattr(app_module.Pipeline, "from_model", staticmethod(from_model))
     readied = []
     assert app_module.run_server("fake", profile=None, host="127.0.0.1", port=_free_port(),
                                  reuse_port=True, on_ready=lambda: readied.append(1)) == 3
     assert not readied
+    with pytest.raises(RuntimeError, match="closed"):  # closed: no cleanup runs after a
+        made[0].scheduler.submit("x", None)  # failed startup, so the app closed it itself
 
 
 async def test_after_a_failed_start_requests_are_refused_and_start_nothing(monkeypatch):

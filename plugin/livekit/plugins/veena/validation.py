@@ -14,14 +14,14 @@ import numbers
 from typing import Any
 
 UNLOADABLE_JSON = (ValueError, RecursionError)
+"""What ``json.loads`` raises on text a client controls: ``ValueError`` (not JSON, not
+UTF-8, an int past Python's 4300 digits) and ``RecursionError`` (nesting past the
+interpreter's limit, well within a 64 KiB message)."""
 MAX_C_INT = 2**31 - 1
 """The largest count or byte size a setting may name: what a socket option (a C int) takes."""
 MAX_DURATION_S = 86_400.0
 """The longest a timeout or wait setting may be (a day: longer is a typo, and the OS's poll
 takes no more than about 24 days in milliseconds)."""
-"""What ``json.loads`` raises on text a client controls: ``ValueError`` (not JSON, not
-UTF-8, an int past Python's 4300 digits) and ``RecursionError`` (nesting past the
-interpreter's limit, well within a 64 KiB message)."""
 
 
 def is_int(value: Any) -> bool:

@@ -83,7 +83,7 @@ def _is_sentence_end(text: str, i: int, final: bool, bound: int) -> bool | None:
     if j == len(text):
         return True if final else None
     if text[j] == "<" and not _TAG.match(text, j):
-        if not final and _in_partial_tag(text, j):
+        if not final and is_partial_tag_at(text, j):
             return None  # "Hi!<lau": a tag may follow
         return False
     if not text[j].isspace() and text[j] != "<":
@@ -98,11 +98,6 @@ def _is_sentence_end(text: str, i: int, final: bool, bound: int) -> bool | None:
     return True
 
 
-def _in_partial_tag(text: str, j: int) -> bool:
-    """Whether ``text[j:]`` (starting with ``<``) may still become a tag with more text."""
-    return is_partial_tag_at(text, j)
-
-
 def _settle(text: str, cut: int, j: int, final: bool, max_len: int) -> tuple[int | None, int]:
     """A cut before whitespace and tags: they go with the next words (``cut``), or, when
     nothing spoken follows them at the end of the text, with this chunk (``len(text)``,
@@ -113,7 +108,7 @@ def _settle(text: str, cut: int, j: int, final: bool, max_len: int) -> tuple[int
             j += 1
         elif m := _TAG.match(text, j):
             j = m.end()
-        elif not final and text[j] == "<" and _in_partial_tag(text, j):
+        elif not final and text[j] == "<" and is_partial_tag_at(text, j):
             return None, j
         else:
             return cut, j
@@ -184,7 +179,7 @@ class TextChunker:
             ch = buf[i]
             if ch == "<":
                 m = _TAG.match(buf, i)
-                if m is None and not final and _in_partial_tag(buf, i):
+                if m is None and not final and is_partial_tag_at(buf, i):
                     return None  # "<lau": wait until it is a tag or not
                 if m is not None:  # a tag is one unit: nothing inside it ends anything
                     i = tag_end = m.end()
@@ -250,11 +245,14 @@ def _forced_cut(text: str, final: bool, last_clause: int | None, last_space: int
 
 def _joins_previous(text: str, i: int) -> bool:
     """``text[i]`` belongs to the character before it: a combining mark (category M), a
-    zero-width joiner, a variation selector, what follows a joiner, or the consonant after
-    a virama (an Indic conjunct: स्त)."""
+    zero-width joiner, a variation selector, what follows a joiner, or the letter after a
+    virama (an Indic conjunct: स्त). Never across a tag's edge or before a space."""
     ch, before = text[i], text[i - 1]
+    if ch.isspace() or ch == "<" or before == ">":
+        return False
     return (unicodedata.category(ch)[0] == "M" or ch in "\u200d\ufe0e\ufe0f"
-            or before == "\u200d" or unicodedata.combining(before) == 9)
+            or before == "\u200d"
+            or (unicodedata.combining(before) == 9 and unicodedata.category(ch)[0] == "L"))
 
 
 def chunk_text(text: str, options: ChunkerOptions = ChunkerOptions()) -> list[str]:

@@ -211,13 +211,15 @@ class RequestRun:
         # windows go first: the codec wastes no call on them while vLLM's abort is awaited,
         # and no one sees the engine settled with this run's windows still queued
         dropped = self._drop_windows()
-        if self._producer is not None:  # (a failed one's error is taken here too)
-            self._producer.cancel()
-            await settle([self._producer])
-        dropped += self._drop_windows()
-        if dropped:
-            logger.info("dropped pending decode windows",
-                        extra={"request_id": self.request_id, "windows": dropped})
+        try:
+            if self._producer is not None:  # (a failed one's error is taken here too)
+                self._producer.cancel()
+                await settle([self._producer])
+        finally:  # even when this close is itself cancelled
+            dropped += self._drop_windows()
+            if dropped:
+                logger.info("dropped pending decode windows",
+                            extra={"request_id": self.request_id, "windows": dropped})
 
     def _drop_windows(self) -> int:
         dropped = self._p.scheduler.cancel_request(self.request_id)

@@ -47,18 +47,10 @@ def find_tags(text: str) -> list[re.Match[str]]:
     return list(_TAG.finditer(text))
 
 
-def partial_tag_start(text: str) -> int | None:
-    """Where an unfinished tag begins at the end of ``text`` (``"Hello <lau"`` -> 6), so a
-    streaming reader waits for its end; None when the text does not end inside a tag."""
-    i = text.rfind("<")
-    if i < 0 or not _PARTIAL.match(text, i):
-        return None
-    return i
-
-
 def is_partial_tag_at(text: str, i: int) -> bool:
-    """Whether ``text[i:]`` is an unfinished tag running to the end of ``text`` (no copy,
-    and at most a tag's length is read)."""
+    """Whether ``text[i:]`` is an unfinished tag running to the end of ``text`` (``"Hello
+    <lau"`` at 6), so a streaming reader waits for its end (no copy, and at most a tag's
+    length is read)."""
     return _PARTIAL.match(text, i) is not None
 
 
@@ -109,8 +101,10 @@ def _rewrite_once(text: str, keep: Callable[[str], str | None]) -> tuple[str, li
 
 
 def _wordish(ch: str) -> bool:
-    """A letter, mark or digit of any script (a vowel sign too: ``हाँ``)."""
-    return bool(ch) and unicodedata.category(ch)[0] in "LMN"
+    """A letter, mark or digit of a script that puts spaces between words (a vowel sign
+    too: ``हाँ``; not Chinese or Japanese, whose words meet without one)."""
+    return (bool(ch) and unicodedata.category(ch)[0] in "LMN"
+            and unicodedata.east_asian_width(ch) not in "WF")
 
 
 def strip_unknown_tags(text: str, known: Iterable[str]) -> tuple[str, list[str]]:

@@ -267,8 +267,8 @@ class Turn:
         scheduler = asyncio.create_task(schedule(), name="veena-turn-schedule")
         rate = self._p.sample_rate
         # a decode completion hands the playing chunk's windows on; once this turn's task is
-        # being cancelled nothing more reaches the listener (cancelling(): Python 3.11+)
-        cancelling = getattr(asyncio.current_task(), "cancelling", lambda: 0)
+        # being cancelled nothing more reaches the listener
+        cancelling = asyncio.current_task().cancelling
 
         def play(pcm: np.ndarray, last: bool) -> None:
             if cancelling():

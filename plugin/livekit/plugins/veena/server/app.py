@@ -137,6 +137,7 @@ def run_server(model: str, *, profile: str | None, host: str, port: int,
         async def listen_when_ready(_app: web.Application) -> None:
             await _app[WARM_KEY]  # the start: it ends with the engine up or failed
             if not pipeline.ready:  # the port is shared: the healthy workers answer there
+                await pipeline.aclose()  # (no cleanup runs after a failed startup)
                 raise _StartFailed
             on_ready()
 

@@ -62,6 +62,8 @@ class ServerState:
         """Saved voices by name; a bad file stops the server at start-up with its reason. A
         file the operator put there may carry a profile voice's name (``arjun.json``: that
         voice with pinned globals, tests/test_voices.py); an upload may not."""
+        self._unreadable_voices: set[tuple[str, int]] = set()
+        """(name, mtime) of voice files found bad: not parsed, nor warned about, again."""
         self.voice_names_taken: set[str] = set()
         """Names being saved right now (POST /v1/voices): a second upload is refused at once."""
         self.clone_lock = asyncio.Lock()
@@ -117,11 +119,16 @@ class ServerState:
                 or not VOICE_NAME.fullmatch(name) or self.is_profile_voice(name)):
             return saved  # a profile voice's name never touches the disk: the hot path
         path = Path(self.options.voices_dir) / f"{name}.json"
-        if not path.is_file():
+        try:
+            version = (name, path.stat().st_mtime_ns)
+        except OSError:
+            return None
+        if version in self._unreadable_voices:
             return None
         try:
             saved = load_voice(path, self.pipeline.profile)
         except VoiceFileError as e:  # half written, or put there by hand: not a voice now
+            self._unreadable_voices.add(version)  # said once, read again once rewritten
             logger.warning("saved voice not loaded: %s", e, extra={"voice_name": name})
             return None
         self.voices[name] = saved

@@ -21,10 +21,10 @@ import numpy as np
 MIN_SECONDS = 1.0
 MAX_SECONDS = 30.0
 SILENCE_PEAK = 1e-3
+"""A clip whose peak stays below this (about -60 dBFS) is silence."""
 MAX_FLOAT_PEAK = 1000.0
 """A float WAV may go past full scale (the clip is never clipped); 60 dB past it is not
 audio but garbage, refused as ``unsupported``."""
-"""A clip whose peak stays below this (about -60 dBFS) is silence."""
 
 _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
 
