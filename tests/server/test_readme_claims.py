@@ -448,17 +448,23 @@ async def test_engine_up_follows_a_pipeline_the_app_does_not_own():
         await p.aclose()
 
 
-def test_serve_exits_3_when_the_engine_fails_to_start(monkeypatch):
-    # run_server as `veena-tts serve` runs it, over an engine whose start fails
-    monkeypatch.setenv("VEENA_ENGINE_DEAD_EXIT_S", "0")
-    made = []
+def _failing_starts(monkeypatch) -> list[Pipeline]:
+    """``Pipeline.from_model`` made over an engine whose start fails; the pipelines made."""
+    made: list[Pipeline] = []
 
     def from_model(model, profile=None, engine_core=None):
         made.append(Pipeline(_SlowStartEngine(fail=True), SilentCodec(), VEENA,
                              PipelineOptions()))
-        return made[0]
+        return made[-1]
 
     monkeypatch.setattr(app_module.Pipeline, "from_model", staticmethod(from_model))
+    return made
+
+
+def test_serve_exits_3_when_the_engine_fails_to_start(monkeypatch):
+    # run_server as `veena-tts serve` runs it, over an engine whose start fails
+    monkeypatch.setenv("VEENA_ENGINE_DEAD_EXIT_S", "0")
+    made = _failing_starts(monkeypatch)
     assert app_module.run_server("fake", profile=None, host="127.0.0.1",
                                  port=_free_port()) == app_module.ENGINE_DEAD_EXIT_CODE == 3
     assert made[0].engine.health.state == "dead"  # failed to start: dead for good
@@ -469,14 +475,7 @@ def test_a_worker_whose_engine_fails_to_start_never_opens_the_shared_port(monkey
     for ``VEENA_ENGINE_DEAD_EXIT_S`` took its share of the connections, answering them the
     non-retryable ``engine_dead`` while its siblings were healthy. Now it exits 3 at once."""
     monkeypatch.setenv("VEENA_ENGINE_DEAD_EXIT_S", "3600")  # the old code served this long
-    made = []
-
-    def from_model(model, profile=None, engine_core=None):
-        made.append(Pipeline(_SlowStartEngine(fail=True), SilentCodec(), VEENA,
-                             PipelineOptions()))
-        return made[0]
-
-    monkeypatch.setattr(app_module.Pipeline, "from_model", staticmethod(from_model))
+    made = _failing_starts(monkeypatch)
     readied = []
     assert app_module.run_server("fake", profile=None, host="127.0.0.1", port=_free_port(),
                                  reuse_port=True, on_ready=lambda: readied.append(1)) == 3
