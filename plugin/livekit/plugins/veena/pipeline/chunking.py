@@ -4,9 +4,10 @@ The first chunk is short (a clause) so first audio comes fast; later chunks are 
 merged up to a minimum length so each request carries enough prosody. Sentence ends are
 Latin ``. ! ?``, Indic ``। ॥`` and Chinese/Japanese ``。！？`` (clause marks ``，；：、``
 too: that text has no spaces to break at); decimals (3.14), abbreviations (Dr.), URLs and
-e-mail addresses (example.com) never end a sentence. No chunk exceeds ``max_chars``: an overlong
-sentence breaks at a clause mark or a space (the one exception: a tag longer than
-``max_chars`` is a chunk of its own, whole). Pure and synchronous.
+e-mail addresses (example.com) never end a sentence. No chunk exceeds ``max_chars``: an
+overlong sentence breaks at a clause mark or a space, else between two characters as read
+(the one exception: a tag longer than ``max_chars`` is a chunk of its own, whole). Pure and
+synchronous.
 
 Expressive tags (``<laugh>``, see ``tags``) are atomic: no cut falls inside one, even when
 it arrives split across deltas. A tag belongs to the words after it, so a tag right after a

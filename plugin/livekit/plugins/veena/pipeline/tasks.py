@@ -24,7 +24,7 @@ async def settle(tasks: Iterable[asyncio.Future]) -> None:
         except asyncio.CancelledError:
             if me is not None and me.cancelling() > before:
                 cancelled = True
-        except Exception:  # noqa: S110 - the task's own failure was reported where it ran
+        except Exception:  # the task's own failure was reported where it ran
             pass
     if cancelled:
         raise asyncio.CancelledError

@@ -231,8 +231,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     error = None if work.cancelled() else work.exception()
     if work.cancelled() or _client_left(error):
         # the client left or stopped reading (counted as aborted): nobody hears an answer
-        if request.transport is not None:
-            request.transport.abort()
+        _drop_connection(request)
         return web.Response(status=499, reason="Client Closed Request")
     return work.result()
 
@@ -257,6 +256,12 @@ async def _admitted_speech(request: web.Request, req: _SpeechRequest, state: Ser
         return await _speak(request, req, state)
     finally:
         state.admission.release()
+
+
+def _drop_connection(request: web.Request) -> None:
+    """End the client's connection at once: a response already under way is cut short."""
+    if request.transport is not None:
+        request.transport.abort()
 
 
 def _cut_by_drain(state: ServerState) -> bool:
@@ -332,8 +337,7 @@ async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
             metrics.finished.labels("shutting_down").inc()
             logger.warning("speech request cut mid-stream: the server stopped after "
                            "VEENA_DRAIN_S")
-            if request.transport is not None:
-                request.transport.abort()  # cut without its last chunk: the client sees it
+            _drop_connection(request)  # cut without its last chunk: the client sees it
             return response
         metrics.aborted.inc()
         metrics.finished.labels("cancelled").inc()
@@ -350,8 +354,7 @@ async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
             return json_error(code, str(e) or repr(e))
         # mid-stream: the stream is cut without its last chunk, which tells the client it
         # failed (logged above, once: not as aiohttp's "Error handling request" traceback)
-        if request.transport is not None:
-            request.transport.abort()
+        _drop_connection(request)
         return response
     finally:
         if getter is not None:
