@@ -166,7 +166,7 @@ async def test_a_bad_description_is_a_clear_error_before_any_engine_work(voice, 
         t = veena.TTS(pipeline=p)
         with pytest.raises(ValueError, match=match):
             t.update_options(voice=voice)
-        assert t._opts.voice == "ava", "a refused voice changes nothing"
+        assert t.voice == "ava", "a refused voice changes nothing"
         if voice is not None:  # synthesize(voice=None) means the default voice
             with pytest.raises(ValueError, match=match):
                 p.synthesize("Hello there.", voice=voice)
@@ -181,7 +181,7 @@ async def test_a_bad_description_is_a_clear_error_before_any_engine_work(voice, 
 async def test_accepted_voices_reach_the_prompt(voice, spoken):
     async with _fake_maya1() as p:
         t = veena.TTS(pipeline=p, voice=voice)
-        assert t._opts.voice == (voice if voice in MAYA1.voices else spoken)
+        assert t.voice == (voice if voice in MAYA1.voices else spoken)
         t.update_options(voice=voice)
         pcm = await p.synthesize("Hi there.", voice=voice, seed=1).collect()
         assert len(pcm) > 0

@@ -1,7 +1,7 @@
 """One pipeline per (model, profile) per process: a second profile for the same model folder
 is a second pipeline, the same pair is the same pipeline (no engine is started here)."""
 
-from livekit.plugins.veena import tts as veena_tts
+from livekit.plugins.veena.plugin import tts as veena_tts
 
 
 async def test_shared_pipeline_is_keyed_by_model_and_profile(tiny_model_dir):

@@ -101,7 +101,7 @@ def test_invalid_options_raise_at_construction(pipeline):
     with pytest.raises(ValueError):
         t.update_options(top_p=0.0)
     t.update_options(voice="maitri", temperature=0.5)
-    assert t._opts.voice == "maitri" and t.model == pipeline.engine.options.model
+    assert t.voice == "maitri" and t.model == pipeline.engine.options.model
     assert t.provider == "veena" and t.capabilities.streaming
 
 

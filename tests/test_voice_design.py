@@ -208,7 +208,7 @@ async def test_a_tts_with_a_designed_voice_file_uses_its_description_and_seed(tm
 async def test_call_scope_keeps_one_seed_for_every_reply():
     async with recording_pipeline() as p:
         t = veena.TTS(pipeline=p, voice=DESCRIPTION, max_tokens_per_chunk=TOKENS)
-        assert t._opts.voice_scope == "call" and t.voice_seed is None  # drawn on first use
+        assert t.voice_scope == "call" and t.voice_seed is None  # drawn on first use
         replies = await _replies(t, p.engine, 4)
         (seed,) = replies[0]
         assert all(r == {seed} for r in replies) and t.voice_seed == seed

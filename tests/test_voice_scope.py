@@ -89,4 +89,4 @@ def test_voice_scope_checked_and_every_profile_defaults_to_call(pipeline):
     # SNAC too: its call keeps one seed (tests/test_voice_design.py)
     with pytest.raises(ValueError, match="voice_scope"):
         veena.TTS(pipeline=pipeline, voice_scope="forever")
-    assert veena.TTS(pipeline=pipeline)._opts.voice_scope == "call"
+    assert veena.TTS(pipeline=pipeline).voice_scope == "call"

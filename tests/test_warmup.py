@@ -10,7 +10,7 @@ import pytest
 from livekit.agents import APIConnectOptions, APITimeoutError
 from livekit.plugins import veena
 
-from livekit.plugins.veena import tts as veena_tts
+from livekit.plugins.veena.plugin import tts as veena_tts
 
 pytestmark = pytest.mark.engine
 

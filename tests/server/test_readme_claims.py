@@ -27,7 +27,7 @@ from livekit.plugins.veena.pipeline.engine import (
     EngineStartingError,
 )
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
-from livekit.plugins.veena.remote import FLUSH, RemoteClient
+from livekit.plugins.veena.plugin.remote import FLUSH, RemoteClient
 from livekit.plugins.veena.server import app as app_module
 from livekit.plugins.veena.server.app import ServerOptions
 

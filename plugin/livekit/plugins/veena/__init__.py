@@ -21,7 +21,7 @@ from .pipeline.engine import EngineDeadError, EngineOptions, SamplingOptions
 from .pipeline.pipeline import Pipeline, PipelineOptions
 from .pipeline.sentences import SentenceTokenizer
 from .pipeline.tags import tag_instructions
-from .tts import TTS, ChunkedStream, SynthesizeStream
+from .plugin.tts import TTS, ChunkedStream, SynthesizeStream
 from .version import __version__
 
 __all__ = [

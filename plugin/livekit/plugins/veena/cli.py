@@ -65,15 +65,17 @@ async def _say(args: argparse.Namespace) -> int:
     from .pipeline.pipeline import Pipeline
     from .pipeline.stitching import to_int16
     from .pipeline.tags import strip_unknown_tags
-    from .voices.files import is_voice_path, load_voice
+    from .voices.call_voice import resolve_voice, voice_file_at
 
     model = _resolve_model(args.model, args.profile)
     profile = resolve_profile(model, args.profile)
-    voice, speaker_globals, seed = args.voice, None, args.seed
-    if voice and is_voice_path(voice):  # a saved voice: checked before any engine work
-        saved = load_voice(voice, profile)
-        voice, speaker_globals = saved.voice, saved.speaker_globals
-        seed = saved.seed if seed is None else seed
+    try:  # a saved voice is read and checked before any engine work
+        voice = resolve_voice(profile, profile.default_voice if args.voice is None else args.voice,
+                              seed=args.seed,
+                              lookup=voice_file_at(profile))
+    except ValueError as e:  # a clear line, no traceback (VoiceFileError too)
+        logger.error("%s", e)
+        return 2
     pipeline = Pipeline.from_model(model, profile=profile)
     try:
         await pipeline.start()
@@ -86,8 +88,8 @@ async def _say(args: argparse.Namespace) -> int:
         if removed:  # never read aloud: the model does not perform them
             logger.warning("removed tags the model does not perform",
                            extra={"removed_tags": removed, "profile": profile.name})
-        syn = pipeline.synthesize(text, voice=voice, sampling=sampling, seed=seed,
-                                  speaker_globals=speaker_globals)
+        syn = pipeline.synthesize(text, voice=voice.voice, sampling=sampling, seed=voice.seed,
+                                  speaker_globals=voice.speaker_globals)
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         progress = _Progress(syn.request_id)

@@ -31,9 +31,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .pipeline.engine_options import SAMPLING_FIELDS
 from .validation import UNLOADABLE_JSON, is_int, is_number
 
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "min_tokens")
 
 
 @dataclass(frozen=True)

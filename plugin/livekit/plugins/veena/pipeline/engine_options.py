@@ -5,13 +5,20 @@ engine core dies on a float or bool where it expects an int)."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..settings import env_bool, env_float, env_int, env_str
 from ..validation import check_float, check_int, check_int_list, is_int
 
 _MAX_TOKENS = 1 << 20
 MAX_TOKEN_ID = (1 << 31) - 1
+
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens",
+                   "min_tokens")
+"""What a caller may set of a request's sampling (a server client, the plugin); the rest is
+the model's (stop ids, allowed ids)."""
 
 
 def draw_seed() -> int:
@@ -124,6 +131,13 @@ class SamplingOptions:
         if problems:
             raise ValueError("invalid sampling options: " + "; ".join(problems))
         return self
+
+    def overridden(self, overrides: Any) -> "SamplingOptions":
+        """These defaults with a caller's ``overrides`` (a mapping of ``SAMPLING_FIELDS``),
+        checked: the one place a caller's sampling is read."""
+        if not isinstance(overrides, Mapping) or set(overrides) - set(SAMPLING_FIELDS):
+            raise ValueError(f"sampling must be an object with only {', '.join(SAMPLING_FIELDS)}")
+        return replace(self, **overrides).validate()
 
     def to_vllm(self):
         from vllm import SamplingParams

@@ -203,7 +203,7 @@ def codec_location(model: str, profile: ModelProfile, codec_model: str | None = 
 class Pipeline:
     """Owns one engine, one codec and the decode scheduler that serves them.
 
-    One pipeline per model per process is the intended use (``tts.shared_pipeline`` and the
+    One pipeline per model per process is the intended use (``plugin.tts.shared_pipeline`` and the
     server each build one); two pipelines on one machine would mean two engines and two
     schedulers competing for the same device."""
 

@@ -23,8 +23,8 @@ from livekit.agents import (
     utils,
 )
 
-from .log import logger
-from .protocol import (
+from ..log import logger
+from ..protocol import (
     ERROR_CODES,
     ProtocolError,
     cancel_message,
@@ -33,7 +33,7 @@ from .protocol import (
     parse_server_event,
     speak_message,
 )
-from .validation import is_int
+from ..validation import is_int
 
 FLUSH = object()
 """Marker in a remote text stream: speak what is buffered now."""
