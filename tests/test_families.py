@@ -16,7 +16,7 @@ from livekit.plugins.veena.models.families import (
     family_for,
     register_family,
 )
-from livekit.plugins.veena.models.profiles import VEENA, SamplingDefaults, _Voices
+from livekit.plugins.veena.models.profiles import VEENA, SamplingDefaults, VoiceChecks
 from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
 from livekit.plugins.veena.pipeline.parsing import (
     KIND_AUDIO,
@@ -32,7 +32,7 @@ STEP = 40
 
 
 @dataclass(frozen=True)
-class ToyProfile(_Voices):
+class ToyProfile(VoiceChecks):
     name: str = "toy"
     voices: tuple[str, ...] = ("kavya",)
     default_voice: str = "kavya"

@@ -11,11 +11,9 @@ from snac import SNAC
 from snac.layers import NoiseBlock
 
 from livekit.plugins.veena.codecs.base import CodecInput
-from livekit.plugins.veena.codecs.snac import (
-    SNAC_24KHZ_CONFIG,
-    SnacCodec,
-    _KeyedNoiseBlock,
-)
+from livekit.plugins.veena.codecs import snac_noise
+from livekit.plugins.veena.codecs.snac import SNAC_24KHZ_CONFIG, SnacCodec
+from livekit.plugins.veena.codecs.snac_noise import KeyedNoiseBlock, keyed_normal
 from livekit.plugins.veena.models.profiles import ORPHEUS, VEENA
 from livekit.plugins.veena.pipeline.parsing import SnacFramer, TokenTable
 
@@ -91,20 +89,19 @@ def test_round_trip_through_snac_matches_snac_decode(reference_snac):
 def test_keyed_noise_enters_as_snac_noise_block(monkeypatch, reference_snac):
     """With ``torch.randn`` pinned to return our keyed draw, snac's own NoiseBlock computes
     exactly what our keyed block computes: same place, same [B, 1, T] broadcast."""
-    from livekit.plugins.veena.codecs import snac as ours_module
 
     block = next(m for m in reference_snac.decoder.modules() if isinstance(m, NoiseBlock))
-    keys = ours_module._NoiseKeys()
+    keys = snac_noise.NoiseKeys()
     keys.seeds = torch.tensor([3, 99])
     keys.start_steps = torch.tensor([0, 40])
     keys.steps = 4
-    keyed = _KeyedNoiseBlock(block, salt=7919, keys=keys)
+    keyed = KeyedNoiseBlock(block, salt=7919, keys=keys)
     x = torch.randn(2, block.linear.in_channels, 64, generator=torch.Generator().manual_seed(1))
     got = keyed(x)
 
     per_step = 64 // keys.steps
     steps = keys.start_steps[:, None] * per_step + torch.arange(64)
-    draw = ours_module.keyed_normal(keys.seeds, 7919, steps)[:, None, :]
+    draw = keyed_normal(keys.seeds, 7919, steps)[:, None, :]
     monkeypatch.setattr(torch, "randn", lambda shape, **kw: draw.reshape(shape))
     want = block(x)
     assert torch.equal(got, want)
@@ -112,7 +109,6 @@ def test_keyed_noise_enters_as_snac_noise_block(monkeypatch, reference_snac):
 
 def test_keyed_noise_is_standard_normal():
     """Like ``torch.randn``: mean 0, standard deviation 1, Gaussian tails."""
-    from livekit.plugins.veena.codecs.snac import keyed_normal
 
     draw = keyed_normal(torch.tensor([1, 2, 3, 4]), 7919, torch.arange(50_000)[None].expand(4, -1))
     x = draw.double().flatten()

@@ -2,15 +2,14 @@
 
 SNAC's NoiseBlocks draw ``torch.randn`` on every call, so the same codes decode differently
 each time and a window's audio would depend on its batch-mates. We replace that draw with
-noise keyed by (request seed, block, absolute latent step): overlapping windows see the same
-noise at the same instant, a window decodes the same alone or batched, and windowed
-decoding converges on the one-pass decode.
+noise keyed by (request seed, block, absolute latent step) (``snac_noise``): overlapping
+windows see the same noise at the same instant, a window decodes the same alone or batched,
+and windowed decoding converges on the one-pass decode.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from typing import Callable, Sequence
 
 import numpy as np
@@ -19,6 +18,11 @@ from torch import nn
 
 from .base import CodecInput
 from .cuda_graphs import batch_plan, first_rows, graphed_or_none
+from .snac_noise import (
+    SEED_MASK,
+    NoiseKeys,
+    install_keyed_noise,
+)
 from .snac_streaming import SnacStream, SnacStreamDecoder
 
 logger = logging.getLogger(__name__)
@@ -36,58 +40,6 @@ SNAC_24KHZ_CONFIG = {
     "noise": True,
     "depthwise": True,
 }
-
-_MASK31 = 0x7FFFFFFF
-
-
-def _mix(x: torch.Tensor) -> torch.Tensor:
-    """A 31-bit integer hash (xorshift-multiply), exact in int64 without overflow."""
-    x = x & _MASK31
-    x = ((x >> 15) ^ x) * 0x2C1B3C6D & _MASK31
-    x = ((x >> 12) ^ x) * 0x297A2D39 & _MASK31
-    return (x >> 15) ^ x
-
-
-def keyed_normal(seeds: torch.Tensor, salt: int, steps: torch.Tensor) -> torch.Tensor:
-    """Standard normal noise that is a pure function of (seed, salt, step); shape [B, T]."""
-    key = _mix(seeds.to(torch.int64) * 0x9E37 + salt)[:, None]
-    h1 = _mix(key + steps * 2)
-    h2 = _mix(key ^ _mix(steps * 2 + 1))
-    u1 = (h1.to(torch.float64) + 0.5) / float(1 << 31)
-    u2 = (h2.to(torch.float64) + 0.5) / float(1 << 31)
-    return (torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)).to(torch.float32)
-
-
-class _NoiseKeys:
-    """What the keyed noise blocks need to know about the batch being decoded."""
-
-    def __init__(self) -> None:
-        self.seeds: torch.Tensor | None = None
-        self.start_steps: torch.Tensor | None = None
-        self.steps: int = 1
-        self.enabled = True
-
-
-class _KeyedNoiseBlock(nn.Module):
-    """Drop-in for ``snac.layers.NoiseBlock`` (same ``linear`` weights), keyed noise."""
-
-    def __init__(self, original: nn.Module, salt: int, keys: _NoiseKeys) -> None:
-        super().__init__()
-        self.linear = original.linear
-        self._salt = salt
-        self._keys = keys
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        keys = self._keys
-        if not keys.enabled or keys.seeds is None or keys.start_steps is None:
-            return x
-        _, _, t = x.shape
-        per_step = t // keys.steps
-        steps = keys.start_steps[:, None] * per_step + torch.arange(
-            t, dtype=torch.int64, device=x.device
-        )
-        noise = keyed_normal(keys.seeds, self._salt, steps).to(x.dtype)[:, None, :]
-        return x + noise * self.linear(x)
 
 
 class SnacCodec:
@@ -116,9 +68,9 @@ class SnacCodec:
         self.samples_per_step = int(np.prod(model.decoder_rates)) * int(model.vq_strides[0])
         levels = np.asarray(position_levels)
         self._level_cols = [np.flatnonzero(levels == lv) for lv in range(len(model.vq_strides))]
-        self._keys = _NoiseKeys()
+        self._keys = NoiseKeys()
         self._keys.enabled = noise
-        self._install_keyed_noise()
+        install_keyed_noise(self.model.decoder, self._keys)
         self.max_graph_batch = max_graph_batch
         self.streams = SnacStreamDecoder(self.model, self._level_cols, self.device,
                                          self.samples_per_step) if streaming else None
@@ -133,16 +85,6 @@ class SnacCodec:
     def new_stream(self, seed: int) -> SnacStream | None:
         """A request's decoder state where this codec streams (None: it decodes windows)."""
         return self.streams.new_stream(seed) if self.streams else None
-
-    def _install_keyed_noise(self) -> None:
-        from snac.layers import NoiseBlock
-
-        salt = 0
-        for module in list(self.model.decoder.modules()):
-            for name, child in list(module.named_children()):
-                if isinstance(child, NoiseBlock):
-                    salt += 1
-                    setattr(module, name, _KeyedNoiseBlock(child, salt * 7919, self._keys))
 
     @classmethod
     def load(cls, model: str, *, device: str = "cpu", **kwargs) -> "SnacCodec":
@@ -180,7 +122,7 @@ class SnacCodec:
         call, rows = batch_plan(self.graphs, self._decode_tensors, n, self.max_graph_batch)
         per_item = [self._levels(np.asarray(item.codes)) for item in batch]
         seeds = np.zeros(rows, dtype=np.int64)
-        seeds[:n] = [item.seed & _MASK31 for item in batch]
+        seeds[:n] = [item.seed & SEED_MASK for item in batch]
         starts = np.zeros(rows, dtype=np.int64)
         starts[:n] = [item.start_step for item in batch]
         arrays = [seeds, starts]

@@ -9,7 +9,7 @@ keeps the last inputs its kernel still needs and emits only the outputs no futur
 change. A stream's audio then trails its codes by the decoder's reach (``lookahead_steps``
 steps, about 2.3 frames of 24 kHz SNAC), each step is decoded once, and the samples equal
 ``SNAC.decode`` of all the codes at once, up to float rounding; the keyed noise
-(``snac._KeyedNoiseBlock``) is a function of absolute position, so it matches too.
+(``snac_noise.KeyedNoiseBlock``) is a function of absolute position, so it matches too.
 
 Streams at the same point of their life (same new-step count, same per-layer buffer shapes)
 decode together in one batch; a stream's state lives in its ``SnacStream``, owned by the
@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import CodecInput, StreamPart
+from .snac_noise import SEED_MASK, KeyedNoiseBlock, keyed_normal
 
 
 @dataclass
@@ -186,14 +187,11 @@ class _ConvTranspose(_Layer):
 
 
 class _Noise(_Layer):
-    """``snac._KeyedNoiseBlock``: noise keyed by (seed, block, position in the utterance)."""
+    """``KeyedNoiseBlock``: noise keyed by (seed, block, position in the utterance)."""
 
-    def __init__(self, block: nn.Module, slot: int) -> None:
-        from .snac import keyed_normal
-
-        self.keyed_normal = keyed_normal
+    def __init__(self, block: KeyedNoiseBlock, slot: int) -> None:
         self.weight = block.linear.weight.detach()
-        self.salt, self.keys, self.slot = block._salt, block._keys, slot
+        self.salt, self.keys, self.slot = block.salt, block.keys, slot
 
     def initial(self, stream, device):
         stream.positions.append(0)
@@ -204,7 +202,7 @@ class _Noise(_Layer):
         if not self.keys.enabled or t == 0:
             return x
         steps = starts[:, None] + torch.arange(t, dtype=torch.int64, device=x.device)
-        noise = self.keyed_normal(group.seeds, self.salt, steps).to(x.dtype)[:, None, :]
+        noise = keyed_normal(group.seeds, self.salt, steps).to(x.dtype)[:, None, :]
         return x + noise * F.conv1d(x, self.weight)
 
 
@@ -259,8 +257,6 @@ class _Builder:
     def build(self, module: nn.Module) -> _Layer:
         from snac.layers import DecoderBlock, NoiseBlock, ResidualUnit, Snake1d
 
-        from .snac import _KeyedNoiseBlock
-
         if isinstance(module, nn.Sequential):
             return _Sequence([self.build(m) for m in module])
         if isinstance(module, DecoderBlock):
@@ -271,7 +267,7 @@ class _Builder:
             return _Residual(inner.layers, slot, module.block[0].alpha.shape[1])
         if isinstance(module, (Snake1d, nn.Tanh, nn.Identity)):
             return _Pointwise(module)
-        if isinstance(module, _KeyedNoiseBlock):
+        if isinstance(module, KeyedNoiseBlock):
             self.noises += 1
             return _Noise(module, self.noises - 1)
         if isinstance(module, NoiseBlock):
@@ -305,7 +301,7 @@ class SnacStreamDecoder:
         """Steps after a step whose audio is final: a window's right context."""
 
     def new_stream(self, seed: int) -> SnacStream:
-        stream = SnacStream(seed=seed & 0x7FFFFFFF)  # as the windowed decode keys it
+        stream = SnacStream(seed=seed & SEED_MASK)  # as the windowed decode keys it
         self._layers.initial(stream, self.device)
         return stream
 

@@ -7,8 +7,6 @@ crossfaded. This module only maps that onto livekit-agents' TTS contract.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import weakref
 from urllib.parse import urlsplit

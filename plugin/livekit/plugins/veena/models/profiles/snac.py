@@ -1,0 +1,149 @@
+"""The SNAC family's profile (Orpheus-style models: a Llama speaking SNAC 24 kHz codes) and
+the published SNAC models: veena, orpheus and maya1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import CodecKind, SamplingDefaults, TokenizerLike, VoiceChecks
+
+
+@dataclass(frozen=True)
+class SnacProfile(VoiceChecks):
+    """An Orpheus-style model: a Llama that speaks SNAC 24 kHz codes, 7 tokens per frame.
+
+    The prompt is ``prefix_ids + encode(prompt_template) + suffix_ids``; generated ids
+    ``audio_token_base + p * 4096 + code`` carry the code of interleave position ``p``.
+    """
+
+    name: str
+    voices: tuple[str, ...]
+    default_voice: str
+    prompt_template: str
+    prefix_ids: tuple[int, ...]
+    suffix_ids: tuple[int, ...]
+    stop_token_ids: tuple[int, ...]
+    audio_token_base: int
+    add_bos: bool = False
+    # True: a voice may also be a description in words (Maya1); ``voices`` are presets
+    described_voices: bool = False
+    # what {voice} stands for in the prompt, per preset (absent: the voice itself)
+    voice_prompts: tuple[tuple[str, str], ...] = ()
+    # the expressive tags the model performs (``<laugh>``); any other tag is removed
+    tags: tuple[str, ...] = ()
+    # True: only ``stop_token_ids`` end a request, never the tokenizer's EOS (Maya1's
+    # prompt carries 128009 and its generation must not stop on it)
+    ignore_eos: bool = False
+    # frames the model's reference drops at the start of each generation (the decoder's
+    # warm-up): Maya1's transformers_inference.py cuts ``audio[2048:]`` ("Trim warmup") and
+    # its vLLM streaming reference never outputs frame 0
+    trim_start_frames: int = 0
+    prompt_source: str = ""
+    # hub ids of checkpoints this profile reads (picked for them when no profile is named)
+    model_ids: tuple[str, ...] = ()
+    codec: CodecKind = "snac"
+    codec_model: str = "hubertsiuzdak/snac_24khz"
+    sample_rate: int = 24000
+    samples_per_frame: int = 2048
+    tokens_per_frame: int = 7
+    codebook_size: int = 4096
+    # codebook level of each interleave position: [c0, c1a, c2a, c2b, c1b, c2c, c2d]
+    position_levels: tuple[int, ...] = (0, 1, 2, 2, 1, 2, 2)
+    tokens_per_second: float = 7 * 24000 / 2048
+    sampling: SamplingDefaults = SamplingDefaults()
+    licence: str = ""
+
+    @property
+    def vocab_end(self) -> int:
+        """One past the highest audio token id."""
+        return self.audio_token_base + self.tokens_per_frame * self.codebook_size
+
+    def build_prompt(self, tokenizer: TokenizerLike, text: str, voice: str) -> list[int]:
+        voice = self.render_voice(self.check_voice(voice))
+        words = self.prompt_template.format(voice=voice, text=text)
+        ids = tokenizer.encode(words, add_special_tokens=self.add_bos)
+        return [*self.prefix_ids, *ids, *self.suffix_ids]
+
+
+_SNAC_LICENCE = "snac code: MIT; check the model card of your checkpoint for its weights' licence"
+
+# maya-research/veena-tts model card: <spk_NAME> prompt between human/AI/speech markers,
+# audio codes from 128266 in seven 4096-wide bands.
+VEENA = SnacProfile(
+    name="veena",
+    voices=("kavya", "agastya", "maitri", "vinaya"),
+    default_voice="kavya",
+    prompt_template="<spk_{voice}> {text}",
+    prefix_ids=(128259,),  # START_OF_HUMAN
+    suffix_ids=(128260, 128261, 128257),  # END_OF_HUMAN, START_OF_AI, START_OF_SPEECH
+    stop_token_ids=(128258, 128262),  # END_OF_SPEECH, END_OF_AI
+    audio_token_base=128266,
+    sampling=SamplingDefaults(temperature=0.4, top_p=0.9, repetition_penalty=1.05),
+    model_ids=("maya-research/veena-tts",),
+    licence=_SNAC_LICENCE,
+)
+
+ORPHEUS_TAGS = ("laugh", "chuckle", "sigh", "cough", "sniffle", "groan", "yawn", "gasp")
+"""The tags canopylabs/orpheus-3b-0.1-ft's model card documents."""
+
+# canopylabs/orpheus-3b-0.1-ft: "voice: text" with BOS, then end-of-text/human, start AI/speech.
+ORPHEUS = SnacProfile(
+    name="orpheus",
+    voices=("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe"),
+    default_voice="tara",
+    prompt_template="{voice}: {text}",
+    prefix_ids=(128259,),
+    suffix_ids=(128009, 128260, 128261, 128257),
+    stop_token_ids=(128258,),
+    audio_token_base=128266,
+    add_bos=True,
+    tags=ORPHEUS_TAGS,
+    model_ids=("canopylabs/orpheus-3b-0.1-ft",),
+    sampling=SamplingDefaults(temperature=0.6, top_p=0.8, repetition_penalty=1.3),
+    licence=_SNAC_LICENCE,
+)
+
+MAYA1_TAGS = (
+    "angry", "appalled", "chuckle", "cry", "curious", "disappointed", "excited", "exhale",
+    "gasp", "giggle", "gulp", "laugh", "laugh_harder", "mischievous", "sarcastic", "scream",
+    "sigh", "sing", "snort", "whisper",
+)
+"""maya-research/maya1's emotion tags, each a single token of its tokenizer."""
+
+# Presets: short names for descriptions written in Maya1's published style (our words).
+MAYA1_PRESETS = (
+    ("ava", "Realistic female voice in her 30s with an American accent. Normal pitch, warm "
+            "timbre, conversational pacing."),
+    ("noah", "Realistic male voice in his 40s with an American accent. Low pitch, calm and "
+             "steady, measured pacing."),
+    ("isla", "Young female voice in her 20s with a British accent. Bright timbre, friendly "
+             "and upbeat, quick pacing."),
+    ("arjun", "Male voice in his 30s with an Indian English accent. Medium pitch, clear and "
+              "confident, conversational pacing."),
+    ("narrator", "Mature male narrator in his 50s with a neutral accent. Deep pitch, rich "
+                 "timbre, slow and expressive storytelling."),
+)
+
+# maya-research/maya1 model card and its vLLM streaming reference: SOH, BOS, then
+# <description="..."> and the text, then EOT (in the prompt, not a stop), EOH, SOA, SOS; only
+# END_OF_SPEECH stops; at least 4 frames (min_tokens 28); context 8192.
+MAYA1 = SnacProfile(
+    name="maya1",
+    voices=tuple(name for name, _ in MAYA1_PRESETS),
+    default_voice="ava",
+    prompt_template='<description="{voice}"> {text}',
+    prefix_ids=(128259, 128000),  # START_OF_HUMAN, BOS
+    suffix_ids=(128009, 128260, 128261, 128257),  # EOT, END_OF_HUMAN, START_OF_AI, SOS
+    stop_token_ids=(128258,),  # END_OF_SPEECH only
+    audio_token_base=128266,
+    described_voices=True,
+    voice_prompts=MAYA1_PRESETS,
+    tags=MAYA1_TAGS,
+    ignore_eos=True,
+    trim_start_frames=1,
+    model_ids=("maya-research/maya1",),
+    sampling=SamplingDefaults(temperature=0.4, top_p=0.9, repetition_penalty=1.1,
+                              min_tokens=28),
+    prompt_source="maya-research/maya1 model card and its vLLM streaming reference",
+    licence="Apache-2.0 (maya-research/maya1 weights and code); snac code: MIT",
+)
