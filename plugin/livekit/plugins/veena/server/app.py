@@ -9,7 +9,9 @@ when the engine dies the server says so (``/health`` and ``/ready`` 503, ``engin
 and exits so that its supervisor replaces it.
 
 This module only assembles the routes; each concern has its own module: ``options``,
-``state`` (shared state and error answers), ``middleware`` (API key, JSON errors),
+``state`` (what every route shares), ``registry`` (the work running now), ``lifecycle``
+(keepalive, refusal, drain), ``saved_voices``, ``errors`` (JSON errors, failure codes),
+``turn_request`` (a turn's options, validated), ``middleware`` (API key, JSON errors),
 ``websocket``, ``speech``, ``voice_routes``, ``health``, ``admission``, ``metrics``.
 """
 
@@ -46,7 +48,7 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
     state = ServerState(pipeline, (options or ServerOptions.from_env()).validate())
     app[STATE_KEY] = state
     pipeline.scheduler.add_batch_listener(state.metrics.on_batch)
-    pipeline.engine.add_dead_listener(state.on_engine_dead)
+    pipeline.engine.add_dead_listener(state.lifecycle.on_engine_dead)
     app.router.add_get("/v1/stream", websocket.stream)
     app.router.add_post("/v1/audio/speech", speech.speech)
     app.router.add_get("/v1/voices", voice_routes.voices)
@@ -58,12 +60,12 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
     async def detach(_app: web.Application) -> None:
         # the pipeline may be the caller's and outlive this app: leave it as it was found
         pipeline.scheduler.remove_batch_listener(state.metrics.on_batch)
-        pipeline.engine.remove_dead_listener(state.on_engine_dead)
+        pipeline.engine.remove_dead_listener(state.lifecycle.on_engine_dead)
         state.metrics.close()
-        state.close()
+        state.lifecycle.close()
 
     async def drain(_app: web.Application) -> None:
-        await state.drain()
+        await state.lifecycle.drain()
 
     app.on_shutdown.append(drain)
     app.on_cleanup.append(detach)

@@ -17,7 +17,7 @@ import collections
 import contextlib
 import logging
 import time
-from typing import Any, Callable
+from typing import Callable, Protocol
 
 from ..pipeline.chunking import TextChunker
 from ..pipeline.stitching import to_int16
@@ -33,9 +33,31 @@ from ..protocol import (
     words_event,
 )
 from .admission import Overloaded, StreamSlot
-from .state import error_code
+from .errors import error_code
+from .state import ServerState
 
 logger = logging.getLogger(__name__)
+
+
+class Outbox(Protocol):
+    """Where a context's events and audio go (``websocket._Outbox``)."""
+
+    def put(self, item: bytes | dict) -> None: ...
+
+
+class Connection(Protocol):
+    """What a context uses of its connection (``websocket._Connection``): typed here, since
+    the WebSocket module builds contexts and so imports this one."""
+
+    @property
+    def state(self) -> ServerState: ...
+
+    @property
+    def out(self) -> Outbox: ...
+
+    def forget(self, ctx: Context) -> None:
+        """Take an ending context off the connection's table (idempotent)."""
+        ...
 
 
 class _ContextTurn(Turn):
@@ -57,8 +79,8 @@ class Context:
     States: ``open`` (takes text), ``closed`` (``continue: false`` came; still speaking),
     ``ending`` (cancelled or failed; its task is being stopped)."""
 
-    def __init__(self, cid: str, conn: Any, turn_opts: TurnOptions) -> None:
-        """``conn``: its connection (``state``, ``out``, ``forget(cid)``)."""
+    def __init__(self, cid: str, conn: Connection, turn_opts: TurnOptions) -> None:
+        """``conn``: its connection (``state``, ``out``, ``forget(ctx)``)."""
         self.cid = cid
         self.status = "open"
         self._conn = conn
@@ -85,7 +107,7 @@ class Context:
         self._failure: tuple[str, str] | None = None
         self._cancelled = False
         self.task = asyncio.create_task(self._run(), name=f"veena-ctx-{cid}")
-        state.add_context(self)
+        state.lifecycle.add_context(self)
         self.task.add_done_callback(self._ended)
 
     # -- the client's messages (called synchronously, in message order) -------------------
@@ -229,7 +251,7 @@ class Context:
         self.status = "ending"
         self._conn.forget(self)
         self._slot.give_back()
-        self._state.remove_context(self)
+        self._state.lifecycle.remove_context(self)
         error = None if task.cancelled() else task.exception()
         if self._failure is not None:
             outcome = self._failure[0]

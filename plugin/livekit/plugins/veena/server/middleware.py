@@ -14,7 +14,8 @@ import logging
 
 from aiohttp import web
 
-from .state import json_error, server_state
+from .errors import json_error
+from .state import server_state
 
 logger = logging.getLogger(__name__)
 

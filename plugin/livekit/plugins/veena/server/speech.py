@@ -42,7 +42,9 @@ from .audio_formats import (
     complete_wav,
 )
 from .options import MAX_HTTP_BODY_BYTES
-from .state import ServerState, error_code, json_error, server_state, turn_options
+from .errors import error_code, json_error
+from .state import ServerState, server_state
+from .turn_request import turn_options
 
 logger = logging.getLogger(__name__)
 
@@ -212,12 +214,12 @@ async def speech(request: web.Request) -> web.StreamResponse:
         return json_error(e.code, e.message)
     except ValueError as e:
         return json_error(error_code(e), str(e))
-    refusal = state.refusal()
+    refusal = state.lifecycle.refusal()
     if refusal is not None:
         return json_error(*refusal)
     work = asyncio.create_task(_admitted_speech(request, req, state), name="veena-speech")
-    state.speeches.add(work)
-    work.add_done_callback(state.speech_ended)
+    state.live.speeches.add(work)
+    work.add_done_callback(state.live.speech_ended)
     try:
         while not work.done():
             await asyncio.wait({work}, timeout=CLIENT_CHECK_S)
@@ -266,7 +268,7 @@ def _drop_connection(request: web.Request) -> None:
 
 def _cut_by_drain(state: ServerState) -> bool:
     """The running speech work was cancelled by the drain, not by its client leaving."""
-    return asyncio.current_task() in state.cut_speeches
+    return asyncio.current_task() in state.live.cut_speeches
 
 
 def _shutting_down(state: ServerState) -> web.Response:

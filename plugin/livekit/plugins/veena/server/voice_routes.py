@@ -19,7 +19,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from ..voices.files import VOICE_NAME, VoiceFile, clone_voice
 from ..voices.reference_clip import ReferenceClipError
 from .health import profile_tags
-from .state import json_error, server_state
+from .errors import json_error
+from .state import server_state
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +34,12 @@ async def voices(request: web.Request) -> web.Response:
     saved ones (``VEENA_VOICES_DIR``: a designed voice with its description and seed) and the
     expressive tags the model performs."""
     state = server_state(request)
-    state.refresh_voices()
+    state.voices.refresh()
     profile = state.pipeline.profile
     described = bool(getattr(profile, "described_voices", False))
     body = {"profile": profile.name, "voices": list(profile.voices),
             "described_voices": described, "tags": profile_tags(profile),
-            "saved": [_saved(name, v) for name, v in state.voices.items()]}
+            "saved": [_saved(name, v) for name, v in state.voices.by_name.items()]}
     if described:
         body["presets"] = {v: profile.render_voice(v) for v in profile.voices}
     return web.json_response(body)
@@ -91,15 +92,15 @@ async def clone(request: web.Request) -> web.Response:
             return json_error("bad_field", "name must be 1-64 letters, digits, '_' or '-'")
         if state.options.voices_dir is None:
             return json_error("bad_request", "this server has no VEENA_VOICES_DIR to save into")
-        if state.is_profile_voice(name):
+        if state.voices.is_profile_voice(name):
             return json_error("voice_exists", f"{name!r} is one of the model's own voices")
-        if state.saved_voice(name) is not None or name in state.voice_names_taken:
+        if state.voices.find(name) is not None or name in state.voices.names_taken:
             return json_error("voice_exists", f"a voice named {name!r} exists")
-        state.voice_names_taken.add(name)
+        state.voices.names_taken.add(name)
     try:
         return await _clone_and_save(request, name)
     finally:
-        state.voice_names_taken.discard(name)
+        state.voices.names_taken.discard(name)
 
 
 async def _clone_and_save(request: web.Request, name: str | None) -> web.Response:
@@ -107,7 +108,7 @@ async def _clone_and_save(request: web.Request, name: str | None) -> web.Respons
     data = await _read_upload(request, state.options.max_voice_upload_bytes)
     if isinstance(data, web.Response):
         return data
-    async with state.clone_lock:  # one clone at a time beside the decode work
+    async with state.voices.clone_lock:  # one clone at a time beside the decode work
         try:
             saved = await clone_voice(state.pipeline, data)
         except ReferenceClipError as e:
@@ -120,7 +121,7 @@ async def _clone_and_save(request: web.Request, name: str | None) -> web.Respons
             saved.save(Path(state.options.voices_dir) / f"{name}.json", exclusive=True)
         except FileExistsError:  # another replica sharing the folder saved it first
             return json_error("voice_exists", f"a voice named {name!r} exists")
-        state.voices[name] = saved
+        state.voices.by_name[name] = saved
         body["name"] = name
     logger.info("voice cloned", extra={"voice_name": name, "bytes": len(data)})
     return web.json_response(body)

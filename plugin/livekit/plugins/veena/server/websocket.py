@@ -21,7 +21,9 @@ from ..protocol import (
     rejected_event,
 )
 from .contexts import Context
-from .state import ServerState, error_code, json_error, server_state, turn_options
+from .errors import error_code, json_error
+from .state import ServerState, server_state
+from .turn_request import turn_options
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +166,9 @@ class _Connection:
         self.out = out
         self.contexts: dict[str, Context] = {}
         self._ended: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._running: set[Context] = set()
+        """This socket's contexts whose task has not ended (an ending one has left
+        ``contexts`` already): the ones to wait for when the client leaves."""
 
     def forget(self, ctx: Context) -> None:
         """Take an ending context off the table (idempotent); its id stays ended."""
@@ -218,7 +223,7 @@ class _Connection:
 
     def _start(self, msg: ClientMessage) -> Context:
         state, opts = self.state, self.state.options
-        refusal = state.refusal()
+        refusal = state.lifecycle.refusal()
         if refusal is not None:
             raise ProtocolError(*refusal, msg.context_id)
         if len(self.contexts) >= opts.max_contexts_per_connection:
@@ -236,11 +241,13 @@ class _Connection:
             raise ProtocolError(error_code(e), str(e), msg.context_id) from None
         ctx = Context(msg.context_id, self, turn_opts)
         self.contexts[msg.context_id] = ctx
+        self._running.add(ctx)
+        ctx.task.add_done_callback(lambda _task: self._running.discard(ctx))
         return ctx
 
     async def close(self) -> None:
         """The client left: cancel every context and wait until each has ended."""
-        live = [ctx for ctx in self.state.contexts if ctx._conn is self]
+        live = list(self._running)
         for ctx in live:
             ctx.cancel()
         pending = {ctx.task for ctx in live}
@@ -258,7 +265,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         state.metrics.rejected.labels("connections").inc()
         return json_error("overloaded", f"at most {opts.max_connections} connections",
                           retry_after_s=1.0)
-    refusal = state.refusal()
+    refusal = state.lifecycle.refusal()
     if refusal is not None:
         return json_error(*refusal)
     sock = request.transport.get_extra_info("socket") if request.transport else None
@@ -337,7 +344,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
             await asyncio.wait_for(ws.close(code=WSCloseCode.GOING_AWAY,
                                             message=b"server stopping"), 1.0)
 
-    state.goodbyes.add(goodbye)
+    state.lifecycle.goodbyes.add(goodbye)
     try:
         async for msg in ws:
             if msg.type == WSMsgType.BINARY:
@@ -354,7 +361,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
             except ProtocolError as e:
                 out.put(e.event())
     finally:
-        state.goodbyes.discard(goodbye)
+        state.lifecycle.goodbyes.discard(goodbye)
         state.connections -= 1
         state.metrics.connections.dec()
         await conn.close()

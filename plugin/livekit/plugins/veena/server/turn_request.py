@@ -1,0 +1,29 @@
+"""What a client asks one turn to do (voice, sampling, seed, speaker globals), validated once
+for every route before any engine work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..pipeline.turn import TurnOptions
+from ..voices.call_voice import resolve_voice
+from .state import ServerState
+
+
+def turn_options(state: ServerState, voice: Any, sampling: Any, seed: Any,
+                 speaker_globals: Any) -> TurnOptions:
+    """Validate everything a client asked for, by type and range, before any engine work.
+    A saved voice's name stands for its voice (a profile voice, or a description) with its
+    speaker globals (BiCodec) or its seed (SNAC); globals or a seed the client gives win."""
+    pipeline = state.pipeline
+    profile = pipeline.profile
+    resolved = resolve_voice(profile, profile.default_voice if voice is None else voice,
+                             seed=seed, speaker_globals=speaker_globals,
+                             lookup=state.voices.find)
+    return TurnOptions(voice=resolved.voice,
+                       sampling=pipeline.default_sampling().overridden(sampling),
+                       seed=resolved.seed, speaker_globals=resolved.speaker_globals,
+                       chunk_crossfade_ms=state.options.chunk_crossfade_ms,
+                       max_chunks_in_flight=state.options.max_chunks_in_flight,
+                       timeout=state.options.turn_timeout_s,
+                       startup_timeout=pipeline.engine.options.startup_timeout_s)
