@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .pipeline.engine_options import SAMPLING_FIELDS
+from .pipeline.engine_options import SamplingOptions
 from .validation import UNLOADABLE_JSON, is_int, is_number
 
 
@@ -138,8 +138,10 @@ def parse_client_message(raw: str) -> ClientMessage:
     sampling = msg.get("sampling")
     if sampling is None:
         sampling = {}
-    if not isinstance(sampling, dict) or set(sampling) - set(SAMPLING_FIELDS):
-        raise ProtocolError("bad_field", f"sampling may only set {', '.join(SAMPLING_FIELDS)}", cid)
+    try:
+        SamplingOptions.check_fields(sampling)
+    except ValueError as e:
+        raise ProtocolError("bad_field", str(e), cid) from None
     seed = msg.get("seed")
     if seed is not None and not is_int(seed):
         raise ProtocolError("bad_field", "seed must be an integer", cid)

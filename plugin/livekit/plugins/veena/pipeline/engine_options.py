@@ -132,12 +132,17 @@ class SamplingOptions:
             raise ValueError("invalid sampling options: " + "; ".join(problems))
         return self
 
-    def overridden(self, overrides: Any) -> "SamplingOptions":
-        """These defaults with a caller's ``overrides`` (a mapping of ``SAMPLING_FIELDS``),
-        checked: the one place a caller's sampling is read."""
+    @staticmethod
+    def check_fields(overrides: Any) -> Mapping[str, Any]:
+        """A caller's sampling is a mapping of ``SAMPLING_FIELDS`` only (ValueError)."""
         if not isinstance(overrides, Mapping) or set(overrides) - set(SAMPLING_FIELDS):
-            raise ValueError(f"sampling must be an object with only {', '.join(SAMPLING_FIELDS)}")
-        return replace(self, **overrides).validate()
+            raise ValueError(f"sampling may only set {', '.join(SAMPLING_FIELDS)}")
+        return overrides
+
+    def overridden(self, overrides: Any) -> "SamplingOptions":
+        """These defaults with a caller's ``overrides`` (``check_fields``), every value
+        checked: the one place a caller's sampling is read."""
+        return replace(self, **self.check_fields(overrides)).validate()
 
     def to_vllm(self):
         from vllm import SamplingParams

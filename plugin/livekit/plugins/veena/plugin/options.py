@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from livekit.agents import tokenize, tts
 
-from ..pipeline.engine_options import SamplingOptions
+from ..pipeline.engine_options import SAMPLING_FIELDS, SamplingOptions
 from ..pipeline.sentences import SentenceTokenizer
 from ..validation import check_float, check_int
 
-PLUGIN_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens")
+PLUGIN_SAMPLING_FIELDS = tuple(f for f in SAMPLING_FIELDS if f != "min_tokens")
 """The sampling a plugin user sets (``max_tokens`` is ``max_tokens_per_chunk``); a server
-keeps its own model's for the rest."""
+keeps its own model's ``min_tokens``."""
 
 
 @dataclass(frozen=True)
