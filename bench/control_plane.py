@@ -444,7 +444,7 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float,
                              codec: CodecSpec = CodecSpec(), speed: float = 1.0) -> dict:
     """N turns straight through the pipeline, heard where ``push`` delivers."""
     llm, pipeline = await _pipeline(n, mode, frames, codec, speed)
-    sampling = pipeline.default_sampling()
+    sampling = pipeline.sampling.defaults()
 
     async def one(i: int) -> dict:
         await asyncio.sleep(stagger_s * i / n)

@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 from _common import listen, model_dir, report, setup
 
+from livekit.plugins.veena.models.loading import load_pipeline
 from livekit.plugins.veena.pipeline.engine_options import EngineOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions
@@ -26,7 +27,7 @@ MODES = {
 
 
 async def measure(pipeline: Pipeline, mode: str, concurrent: int, tokens: int, repeats: int) -> dict:
-    sampling = replace(pipeline.default_sampling(), max_tokens=tokens)
+    sampling = replace(pipeline.sampling.defaults(), max_tokens=tokens)
     timings, heard, kept = [], [], 0
     decoded = pipeline.scheduler.stats.decoded_steps
     for r in range(repeats):
@@ -51,7 +52,7 @@ async def amain(args) -> None:
 
 
 async def run(args, model: str) -> None:
-    first = Pipeline.from_model(model, options=MODES["ramp"], engine_options=EngineOptions.from_env(
+    first = load_pipeline(model, options=MODES["ramp"], engine_options=EngineOptions.from_env(
         model, max_model_len=2048, max_num_seqs=16))
     # one engine and codec; each mode its own planner options and decode scheduler
     pipelines = {"ramp": first, "adaptive": Pipeline(first.engine, first.codec, first.profile,

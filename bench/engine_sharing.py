@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 from _common import logger, report, setup
 
+from livekit.plugins.veena.models.loading import engine_options_of
 from livekit.plugins.veena.pipeline.engine import SamplingOptions, VllmEngine
-from livekit.plugins.veena.pipeline.pipeline import engine_options_of
 
 TOKENS_PER_S = 82  # one real-time SNAC stream: 7 tokens per 85.3 ms frame
 PROFILE = "veena"  # the 3B-shaped folder has no manifest: the profile is named

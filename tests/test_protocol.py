@@ -11,6 +11,8 @@ from livekit.plugins.veena.pipeline.engine import (
     EngineError,
     EngineStartingError,
 )
+from livekit.plugins.veena.plugin.remote import server_error
+from livekit.plugins.veena.plugin.speakers import _map_error
 from livekit.plugins.veena.protocol import (
     ERROR_CODES,
     ProtocolError,
@@ -25,8 +27,6 @@ from livekit.plugins.veena.protocol import (
     speak_message,
     waiting_event,
 )
-from livekit.plugins.veena.plugin.remote import server_error
-from livekit.plugins.veena.plugin.speakers import _map_error
 
 
 def test_client_messages_round_trip_through_the_server_parser():

@@ -20,6 +20,7 @@ from livekit.plugins.veena.codecs.cuda_graphs import (
     capture_windows,
 )
 from livekit.plugins.veena.codecs.snac import SnacCodec
+from livekit.plugins.veena.models.loading import pipeline_options_from_env
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.engine import EngineOptions, VllmEngine
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
@@ -99,7 +100,7 @@ def test_failed_capture_decodes_eagerly_and_turns_graphs_off(caplog):
 def test_option_reads_the_environment(monkeypatch):
     assert PipelineOptions().codec_cuda_graphs
     monkeypatch.setenv("VEENA_CODEC_CUDA_GRAPHS", "0")
-    assert not PipelineOptions.from_env().codec_cuda_graphs
+    assert not pipeline_options_from_env().codec_cuda_graphs
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -132,7 +133,7 @@ def test_a_call_that_syncs_the_host_is_not_captured_on_cuda(caplog):
 @pytest.mark.parametrize("adaptive, steps", [(True, [4, 6, 8, 12, 20, 36]), (False, [4, 6, 8, 12])])
 def test_the_window_shapes_captured_before_serving(snac_codec, adaptive, steps):
     """SNAC's defaults (first 2, L = R = 2; adaptive sizes 2-32, the ramp's 2-8): the first
-    window (2 + 2 right) and each steady size with its context. ``tests/test_pacing.py``
+    window (2 + 2 right) and each steady size with its context. ``tests/pipeline/test_pacing.py``
     checks that the planners' windows take only these shapes."""
     pipeline = Pipeline(VllmEngine(EngineOptions(model="unused")), snac_codec, VEENA,
                         PipelineOptions(adaptive_windows=adaptive))

@@ -10,8 +10,8 @@ import torch
 from snac import SNAC
 from snac.layers import NoiseBlock
 
-from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs import snac_noise
+from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.snac import SNAC_24KHZ_CONFIG, SnacCodec
 from livekit.plugins.veena.codecs.snac_noise import KeyedNoiseBlock, keyed_normal
 from livekit.plugins.veena.models.profiles import ORPHEUS, VEENA

@@ -146,20 +146,20 @@ def test_streaming_is_read_from_the_environment(monkeypatch):
     """``auto`` (the default): streamed where the codec runs on the CPU, windowed on CUDA."""
     from dataclasses import replace
 
-    from livekit.plugins.veena.pipeline.pipeline import PipelineOptions
+    from livekit.plugins.veena.models.loading import pipeline_options_from_env
 
     monkeypatch.delenv("VEENA_SNAC_STREAMING", raising=False)
-    auto = PipelineOptions.from_env()
+    auto = pipeline_options_from_env()
     assert auto.snac_streaming is None and auto.streams_snac()
     assert not replace(auto, codec_device="cuda:0").streams_snac()
     for raw, want in (("auto", None), ("1", True), ("off", False)):
         monkeypatch.setenv("VEENA_SNAC_STREAMING", raw)
-        assert PipelineOptions.from_env().snac_streaming is want
+        assert pipeline_options_from_env().snac_streaming is want
     assert not replace(auto, snac_streaming=False).streams_snac()
     assert replace(auto, snac_streaming=True, codec_device="cuda").streams_snac()
     monkeypatch.setenv("VEENA_SNAC_STREAMING", "sometimes")
     with pytest.raises(ValueError, match="VEENA_SNAC_STREAMING"):
-        PipelineOptions.from_env()
+        pipeline_options_from_env()
 
 
 def test_a_streamed_window_is_costed_by_the_steps_it_decodes():

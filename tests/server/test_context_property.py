@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from livekit.plugins.veena.server.app import ServerOptions
 
-from .conftest import poll_until
-from .fakes import fake_server
+from ..fakes import fake_server
+from ..servers import poll_until
 from .rawws import RawWebSocket
 from .test_contexts import Reader
 

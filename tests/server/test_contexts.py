@@ -10,9 +10,9 @@ import pytest
 from livekit.plugins.veena.protocol import decode_audio
 from livekit.plugins.veena.server.app import ServerOptions
 
+from ..fakes import fake_server
 from ..helpers import tasks_left_since
-from .conftest import poll_until
-from .fakes import fake_server
+from ..servers import poll_until
 from .rawws import RawWebSocket
 
 TERMINAL = ("done", "cancelled", "error")

@@ -15,8 +15,8 @@ from aiohttp import web
 from livekit.plugins.veena.protocol import ERROR_CODES
 from livekit.plugins.veena.server.app import ServerOptions, create_app
 
-from .conftest import poll_until
-from .fakes import fake_pipeline
+from ..fakes import fake_pipeline
+from ..servers import poll_until
 from .rawws import RawWebSocket
 from .test_contexts import GUARD_POLLS, Reader, speak
 

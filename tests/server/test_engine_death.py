@@ -16,7 +16,7 @@ from livekit.plugins import veena
 from livekit.plugins.veena.protocol import decode_audio
 from livekit.plugins.veena.server.app import ENGINE_DEAD_EXIT_CODE
 
-from .conftest import poll_until, spawn_server
+from ..servers import poll_until, spawn_server
 
 pytestmark = pytest.mark.engine
 HANG_GUARD_S = 120  # only against a hang

@@ -20,9 +20,9 @@ from livekit.plugins.veena.protocol import ERROR_CODES, decode_audio
 from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.server.options import MAX_HTTP_BODY_BYTES
 
+from ..fakes import fake_server
 from ..helpers import engine_settled
-from .conftest import API_KEY
-from .fakes import fake_server
+from ..servers import API_KEY
 from .rawws import RawWebSocket, frame, raw_http
 
 engine = pytest.mark.engine

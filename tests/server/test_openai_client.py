@@ -17,8 +17,8 @@ import pytest
 
 from livekit.plugins.veena.server.app import ServerOptions
 
-from .conftest import API_KEY
-from .fakes import fake_server
+from ..fakes import fake_server
+from ..servers import API_KEY
 
 FRAMES = 40
 """SNAC frames per request: about 3.4 s of audio, long enough to measure a stretch."""

@@ -14,8 +14,8 @@ from livekit.plugins.veena.server import contexts
 from livekit.plugins.veena.server import websocket as ws_module
 from livekit.plugins.veena.server.app import ServerOptions
 
-from .conftest import metric, poll_until
-from .fakes import fake_server
+from ..fakes import fake_server
+from ..servers import metric, poll_until
 from .rawws import RawWebSocket
 
 GUARD_POLLS = 2000  # a hang guard for the fake engine, never a claim about speed

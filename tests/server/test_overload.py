@@ -13,7 +13,7 @@ from livekit.plugins.veena.protocol import decode_audio
 from livekit.plugins.veena.server.app import ServerOptions
 
 from ..helpers import engine_settled, same_audio
-from .conftest import metric, poll_until, serve
+from ..servers import metric, poll_until, serve
 
 pytestmark = pytest.mark.engine
 TERMINAL = ("done", "cancelled", "error")

@@ -31,8 +31,8 @@ from livekit.plugins.veena.plugin.remote import FLUSH, RemoteClient
 from livekit.plugins.veena.server import app as app_module
 from livekit.plugins.veena.server.app import ServerOptions
 
-from .conftest import _free_port, metric, poll_until, serve, serve_app
-from .fakes import FakeEngine, SilentCodec, fake_pipeline, fake_server
+from ..fakes import FakeEngine, SilentCodec, fake_pipeline, fake_server
+from ..servers import free_port, metric, poll_until, serve, serve_app
 from .rawws import RawWebSocket, text_frame
 from .test_contexts import Reader, speak
 from .test_slow_client import _open_non_reader
@@ -449,15 +449,15 @@ async def test_engine_up_follows_a_pipeline_the_app_does_not_own():
 
 
 def _failing_starts(monkeypatch) -> list[Pipeline]:
-    """``Pipeline.from_model`` made over an engine whose start fails; the pipelines made."""
+    """``load_pipeline`` made over an engine whose start fails; the pipelines made."""
     made: list[Pipeline] = []
 
-    def from_model(model, profile=None, engine_core=None):
+    def load_pipeline(model, profile=None, engine_core=None):
         made.append(Pipeline(_SlowStartEngine(fail=True), SilentCodec(), VEENA,
                              PipelineOptions()))
         return made[-1]
 
-    monkeypatch.setattr(app_module.Pipeline, "from_model", staticmethod(from_model))
+    monkeypatch.setattr(app_module.loading, "load_pipeline", load_pipeline)
     return made
 
 
@@ -466,7 +466,7 @@ def test_serve_exits_3_when_the_engine_fails_to_start(monkeypatch):
     monkeypatch.setenv("VEENA_ENGINE_DEAD_EXIT_S", "0")
     made = _failing_starts(monkeypatch)
     assert app_module.run_server("fake", profile=None, host="127.0.0.1",
-                                 port=_free_port()) == app_module.ENGINE_DEAD_EXIT_CODE == 3
+                                 port=free_port()) == app_module.ENGINE_DEAD_EXIT_CODE == 3
     assert made[0].engine.health.state == "dead"  # failed to start: dead for good
 
 
@@ -477,7 +477,7 @@ def test_a_worker_whose_engine_fails_to_start_never_opens_the_shared_port(monkey
     monkeypatch.setenv("VEENA_ENGINE_DEAD_EXIT_S", "3600")  # the old code served this long
     made = _failing_starts(monkeypatch)
     readied = []
-    assert app_module.run_server("fake", profile=None, host="127.0.0.1", port=_free_port(),
+    assert app_module.run_server("fake", profile=None, host="127.0.0.1", port=free_port(),
                                  reuse_port=True, on_ready=lambda: readied.append(1)) == 3
     assert not readied
     with pytest.raises(RuntimeError, match="closed"):  # closed: no cleanup runs after a
@@ -560,7 +560,7 @@ def _serve_missing_model(tmp_path, **env) -> subprocess.CompletedProcess:
     """``veena-tts serve`` on a model that is not there, with ``env`` added."""
     return subprocess.run(
         [sys.executable, "-m", "livekit.plugins.veena.cli", "serve", "--model",
-         str(tmp_path / "no-such-model"), "--port", str(_free_port())],
+         str(tmp_path / "no-such-model"), "--port", str(free_port())],
         env=dict(os.environ, HF_HUB_OFFLINE="1", **env), capture_output=True, text=True,
         timeout=600)  # a hang guard only
 

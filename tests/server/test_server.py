@@ -13,7 +13,7 @@ from livekit.plugins import veena
 from livekit.plugins.veena.protocol import decode_audio
 
 from ..helpers import engine_settled, same_audio
-from .conftest import API_KEY, metric
+from ..servers import API_KEY, metric
 
 pytestmark = pytest.mark.engine
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

@@ -9,7 +9,7 @@ from livekit.agents import APIConnectionError, APIConnectOptions, APITimeoutErro
 from livekit.plugins import veena
 
 from ..helpers import tasks_left_since
-from .conftest import spawn_server
+from ..servers import spawn_server
 
 pytestmark = pytest.mark.engine
 HANG_GUARD_S = 120  # only against a hang; the stream's own timeout is far shorter

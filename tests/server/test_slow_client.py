@@ -15,7 +15,7 @@ import pytest
 from livekit.plugins.veena.server.app import ServerOptions
 
 from ..helpers import engine_settled
-from .conftest import metric, poll_until, serve
+from ..servers import metric, poll_until, serve
 
 pytestmark = pytest.mark.engine
 BUFFER_LIMIT = 128 << 10

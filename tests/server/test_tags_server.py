@@ -6,8 +6,8 @@ import aiohttp
 
 from livekit.plugins.veena.server.app import ServerOptions
 
-from ..test_turn_tags import tagged_pipeline
-from .conftest import poll_until, serve_app
+from ..pipeline.test_turn_tags import tagged_pipeline
+from ..servers import poll_until, serve_app
 from .rawws import RawWebSocket
 from .test_contexts import GUARD_POLLS, Reader, speak
 

@@ -16,8 +16,8 @@ from livekit.plugins.veena.server import voice_routes
 from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.voices.files import VoiceFile
 
-from .conftest import poll_until
-from .fakes import fake_server
+from ..fakes import fake_server
+from ..servers import poll_until
 
 
 def _voice(n: int) -> VoiceFile:

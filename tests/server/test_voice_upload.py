@@ -14,8 +14,8 @@ from livekit.plugins.veena.protocol import speak_message
 from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.voices.files import load_voice
 
-from ..test_voice_clone import speech_like, wav_bytes
-from .conftest import serve
+from ..servers import serve
+from ..voices.test_voice_clone import speech_like, wav_bytes
 
 pytestmark = pytest.mark.engine
 

@@ -16,7 +16,7 @@ import aiohttp
 import psutil
 import pytest
 
-from .conftest import _free_port, poll_until
+from ..servers import free_port, poll_until
 
 HANG_GUARD_POLLS = 2400  # 20 min of 0.5 s polls: only against a hang (two engine starts)
 TEST_HANG_GUARD_S = 2700  # the whole test, past pytest's 900 s per test: two engine starts
@@ -135,7 +135,7 @@ async def _speak_on_both(s: aiohttp.ClientSession, port: int,
 @pytest.mark.engine
 @pytest.mark.timeout(TEST_HANG_GUARD_S)
 async def test_two_workers_share_a_port_and_report_together(tiny_model_dir, tmp_path):
-    port = _free_port()
+    port = free_port()
     # every stream runs at once on whichever worker takes it (no admission refusal)
     proc = _launch(tiny_model_dir, port, tmp_path / "serve.log", "--workers", "2",
                    VEENA_MAX_NUM_SEQS=str(2 * STREAMS))
@@ -176,7 +176,7 @@ def _engine_cores(process: psutil.Process) -> list[psutil.Process]:
 async def test_workers_can_share_one_engine_core(tiny_model_dir, tmp_path):
     """``--shared-engine``: the launcher starts the only engine core, both workers serve
     their streams through it, and the core ending ends the server (exit 3) and its workers."""
-    port = _free_port()
+    port = free_port()
     # each worker admits half its share of the core's sequences: with 4 x 16 every stream
     # runs at once on whichever worker takes it
     proc = _launch(tiny_model_dir, port, tmp_path / "serve.log", "--workers", "2",
@@ -203,7 +203,7 @@ async def test_workers_can_share_one_engine_core(tiny_model_dir, tmp_path):
 async def test_sigterm_while_the_engine_starts_abandons_the_start(tiny_model_dir, tmp_path):
     """One server process stopped while its vLLM engine core loads: the start is abandoned
     (the core terminated, not waited for), exit 0, nothing left running."""
-    proc = _launch(tiny_model_dir, _free_port(), tmp_path / "serve.log")
+    proc = _launch(tiny_model_dir, free_port(), tmp_path / "serve.log")
     server = psutil.Process(proc.pid)
     cores: list[psutil.Process] = []
     try:
@@ -232,7 +232,7 @@ async def test_sigterm_while_the_engine_starts_abandons_the_start(tiny_model_dir
 async def test_sigterm_stops_every_worker(tiny_model_dir, tmp_path, shared):
     """Stopped while its first worker is still loading (or, shared, while the core starts):
     exit 0, nothing left running."""
-    proc = _launch(tiny_model_dir, _free_port(), tmp_path / "serve.log", "--workers", "2",
+    proc = _launch(tiny_model_dir, free_port(), tmp_path / "serve.log", "--workers", "2",
                    *shared)
     launcher = psutil.Process(proc.pid)
     workers: list[psutil.Process] = []
@@ -270,7 +270,7 @@ async def test_sigterm_stops_every_worker(tiny_model_dir, tmp_path, shared):
      "VEENA_SHARED_ENGINE='maybe' is not a boolean"),
 ])
 def test_a_bad_worker_setting_is_one_clear_line(tiny_model_dir, tmp_path, args, env, says):
-    proc = _launch(tiny_model_dir, _free_port(), tmp_path / "serve.log", *args, **env)
+    proc = _launch(tiny_model_dir, free_port(), tmp_path / "serve.log", *args, **env)
     assert proc.wait(300) == 2
     log = (tmp_path / "serve.log").read_text()
     assert says in log and "Traceback" not in log, log

@@ -5,6 +5,7 @@ from livekit.agents import Plugin
 
 from .log import logger
 from .models.families import ModelFamily, register_family
+from .models.loading import MissingExtraError, load_pipeline
 from .models.profiles import (
     MAYA1,
     ORPHEUS,
@@ -18,14 +19,16 @@ from .models.profiles import (
 )
 from .pipeline.chunking import ChunkerOptions
 from .pipeline.engine import EngineDeadError, EngineOptions, SamplingOptions
-from .pipeline.pipeline import Pipeline, PipelineOptions
+from .pipeline.options import PipelineOptions
+from .pipeline.pipeline import Pipeline
 from .pipeline.sentences import SentenceTokenizer
 from .pipeline.tags import tag_instructions
 from .plugin.tts import TTS, ChunkedStream, SynthesizeStream
 from .version import __version__
 
 __all__ = [
-    "TTS", "ChunkedStream", "SynthesizeStream", "SentenceTokenizer", "Pipeline",
+    "TTS", "ChunkedStream", "SynthesizeStream", "SentenceTokenizer", "Pipeline", "load_pipeline",
+    "MissingExtraError",
     "PipelineOptions", "EngineOptions", "SamplingOptions", "ChunkerOptions", "SnacProfile",
     "BiCodecProfile", "VEENA", "ORPHEUS", "MAYA1", "VEENA3", "SPARK", "get_profile",
     "register_profile", "ModelFamily", "register_family", "EngineDeadError", "tag_instructions",

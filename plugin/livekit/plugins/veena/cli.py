@@ -61,8 +61,8 @@ def _resolve_model(model: str | None, profile: str | None = None) -> str:
 
 
 async def _say(args: argparse.Namespace) -> int:
+    from .models import loading
     from .models.profiles import resolve_profile
-    from .pipeline.pipeline import Pipeline
     from .pipeline.stitching import to_int16
     from .pipeline.tags import strip_unknown_tags
     from .voices.call_voice import resolve_voice, voice_file_at
@@ -76,10 +76,10 @@ async def _say(args: argparse.Namespace) -> int:
     except ValueError as e:  # a clear line, no traceback (VoiceFileError too)
         logger.error("%s", e)
         return 2
-    pipeline = Pipeline.from_model(model, profile=profile)
+    pipeline = loading.load_pipeline(model, profile=profile)
     try:
         await pipeline.start()
-        sampling = pipeline.default_sampling()
+        sampling = pipeline.sampling.defaults()
         if args.max_tokens:
             from dataclasses import replace
 
@@ -111,11 +111,11 @@ async def _say(args: argparse.Namespace) -> int:
 
 
 async def _capture(args: argparse.Namespace) -> int:
-    from .pipeline.pipeline import Pipeline
+    from .models import loading
     from .voices.files import capture_voice
 
     model = _resolve_model(args.model, args.profile)
-    pipeline = Pipeline.from_model(model, profile=args.profile)
+    pipeline = loading.load_pipeline(model, profile=args.profile)
     try:
         await pipeline.start()
         saved = await capture_voice(pipeline, args.text, args.voice or pipeline.profile.default_voice,
@@ -130,12 +130,12 @@ async def _capture(args: argparse.Namespace) -> int:
 
 
 async def _clone(args: argparse.Namespace) -> int:
-    from .pipeline.pipeline import Pipeline
+    from .models import loading
     from .voices.files import VoiceFileError, clone_voice
 
     model = _resolve_model(args.model, args.profile)
     wav = Path(args.reference).read_bytes()
-    pipeline = Pipeline.from_model(model, profile=args.profile)  # the engine is never started
+    pipeline = loading.load_pipeline(model, profile=args.profile)  # the engine is never started
     try:
         saved = await clone_voice(pipeline, wav, model=model)
     except ValueError as e:  # no speaker encoder for this model, or a checkpoint without one
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                     extra={"dir": str(path)})
         return 0
     if args.command == "serve":
-        from .pipeline.pipeline import PipelineOptions
+        from .models.loading import pipeline_options_from_env
         from .server.app import ServerOptions, run_server
         from .server.workers import run_workers
         from .settings import env_bool, env_int
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             # every setting read now, before minutes of model loading (or in each worker)
             ServerOptions.from_env()
-            PipelineOptions.from_env()
+            pipeline_options_from_env()
             port = check_int("port", args.port if args.port is not None
                              else env_int("VEENA_PORT", 8700), 0, 65535)
             workers = args.workers if args.workers is not None else env_int(

@@ -35,7 +35,6 @@ from .pipeline.engine_options import SamplingOptions
 from .validation import UNLOADABLE_JSON, is_int, is_number
 
 
-
 @dataclass(frozen=True)
 class ErrorCode:
     status: int

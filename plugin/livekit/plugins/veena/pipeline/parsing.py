@@ -10,11 +10,9 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
-
-from ..models.profiles import BiCodecProfile, SnacProfile
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +21,29 @@ KIND_AUDIO = 1  # SNAC: value = id - audio_token_base (band p = value // 4096)
 KIND_GLOBAL = 2  # BiCodec global speaker token: value = global index
 KIND_SEMANTIC = 3  # BiCodec semantic token: value = semantic index
 KIND_STOP = 4
+
+
+class SnacLayout(Protocol):
+    """A SNAC profile's token layout, as the parser reads it."""
+
+    name: str
+    audio_token_base: int
+    tokens_per_frame: int
+    codebook_size: int
+    stop_token_ids: Sequence[int]
+
+    @property
+    def vocab_end(self) -> int: ...
+
+
+class BiCodecLayout(Protocol):
+    """A BiCodec profile's token layout, as the parser reads it."""
+
+    name: str
+    semantic_token_format: str
+    global_token_format: str
+    stop_tokens: Sequence[str]
+    num_global_tokens: int
 
 
 @dataclass(frozen=True)
@@ -48,7 +69,7 @@ class TokenTable:
         return self._ids[kinds]
 
     @classmethod
-    def for_snac(cls, profile: SnacProfile, vocab_size: int | None = None) -> "TokenTable":
+    def for_snac(cls, profile: SnacLayout, vocab_size: int | None = None) -> "TokenTable":
         size = max(vocab_size or 0, profile.vocab_end, *(t + 1 for t in profile.stop_token_ids))
         kind = np.zeros(size, dtype=np.int8)
         value = np.full(size, -1, dtype=np.int64)
@@ -59,7 +80,7 @@ class TokenTable:
         return cls(kind, value)
 
     @classmethod
-    def for_bicodec(cls, profile: BiCodecProfile, vocab: Mapping[str, int]) -> "TokenTable":
+    def for_bicodec(cls, profile: BiCodecLayout, vocab: Mapping[str, int]) -> "TokenTable":
         """Built by scanning the vocabulary's token strings once."""
         size = max(vocab.values()) + 1
         kind = np.zeros(size, dtype=np.int8)
@@ -107,7 +128,7 @@ class SnacFramer:
     """Deltas this long or longer are parsed in numpy; shorter ones (vLLM streams one token
     per request per step) token by token through the table's lists."""
 
-    def __init__(self, profile: SnacProfile, table: TokenTable, request_id: str = "") -> None:
+    def __init__(self, profile: SnacLayout, table: TokenTable, request_id: str = "") -> None:
         self._kind = table.kind
         self._value = table.value
         self._kind_list, self._value_list = table.as_lists()
@@ -207,7 +228,7 @@ class BiCodecFramer:
 
     def __init__(
         self,
-        profile: BiCodecProfile,
+        profile: BiCodecLayout,
         table: TokenTable,
         request_id: str = "",
         captured_globals: Iterable[int] | None = None,

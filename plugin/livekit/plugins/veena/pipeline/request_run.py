@@ -20,15 +20,18 @@ import contextlib
 import functools
 import logging
 import time
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
 from ..codecs.base import Codec, StreamPart
 from .alarm import SharedAlarm
 from .engine import EngineClosedError, EngineError, SamplingOptions, VllmEngine
+from .family import ModelFamily
+from .options import PipelineOptions
 from .pacing import AdaptivePlanner, PacingOptions
 from .parsing import TokenTable
+from .sampling_policy import SamplingPolicy
 from .scheduler import DecodeScheduler
 from .stitching import Stitcher
 from .tasks import settle
@@ -54,19 +57,16 @@ class RunHost(Protocol):
     engine: VllmEngine
     codec: Codec
     scheduler: DecodeScheduler
-    family: Any
-    options: Any
-    """``adaptive_windows`` and ``crossfade_ms``."""
+    family: ModelFamily
+    options: PipelineOptions
     window: WindowOptions
     pacing: PacingOptions
     alarm: SharedAlarm | None
     """Where producers park between the tokens they need (None: they take every token)."""
+    sampling: SamplingPolicy
 
     @property
     def table(self) -> TokenTable: ...
-
-    @property
-    def sample_rate(self) -> int: ...
 
     async def start(self) -> None: ...
 
@@ -93,7 +93,7 @@ class RequestRun:
         if pipeline.options.adaptive_windows:
             self.planner: AdaptivePlanner | None = AdaptivePlanner(
                 pipeline.window, pipeline.pacing,
-                pipeline.codec.samples_per_step / pipeline.sample_rate,
+                pipeline.codec.samples_per_step / pipeline.codec.sample_rate,
                 pipeline.scheduler.decode_cost)
             self.planner.unheard_steps = pipeline.family.trim_start_steps
             self._ramp: WindowPlanner | None = None
@@ -111,7 +111,7 @@ class RequestRun:
         self._stream_sent = 0
         """Steps sent to that stream in windows so far (the next window skips them)."""
         self.stitcher = Stitcher(pipeline.codec.samples_per_step,
-                                 int(pipeline.options.crossfade_ms * pipeline.sample_rate / 1000),
+                                 int(pipeline.options.crossfade_ms * pipeline.codec.sample_rate / 1000),
                                  exact=self._stream is not None)
         self.engine_request_ids: list[str] = []
         self._submitted: collections.deque[tuple[Window, asyncio.Future]] = collections.deque()
@@ -332,7 +332,7 @@ class RequestRun:
                                       "speaker tokens")
             prompt = p.family.prompt(p.engine.tokenizer, self._text, syn.voice,
                                      syn.speaker_globals)
-            await self._generate(prompt, p.main_sampling(syn.sampling, self._text, len(prompt)),
+            await self._generate(prompt, p.sampling.main(syn.sampling, self._text, len(prompt), p.table),
                                  self.request_id)
             self._no_more_steps()
         except BaseException:

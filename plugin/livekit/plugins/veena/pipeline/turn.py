@@ -196,7 +196,7 @@ class Turn:
                 await self._await_first_globals()
             sampling = self._opts.sampling
             if index != self._first_index and any(not t.done() for t in self._tasks[:index]):
-                sampling = self._p.queued_sampling(sampling)  # its audio waits behind theirs
+                sampling = self._p.sampling.queued(sampling)  # its audio waits behind theirs
             syn = self._p.synthesize(text, voice=self._opts.voice, sampling=sampling,
                                      seed=self.seed, request_id=self._request_ids.get(index),
                                      speaker_globals=self.speaker_globals)

@@ -5,17 +5,14 @@ speaker (``speakers``) with the options and voice the stream was made with."""
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import AsyncIterator
 
 from livekit.agents import APIConnectOptions, tts, utils
 
 from ..pipeline.sentences import sentences
 from ..voices.call_voice import StreamVoice
 from .options import TTSOptions
-from .speakers import SpeakRequest, Speaker, StreamText
-
-if TYPE_CHECKING:
-    from .tts import TTS
+from .speakers import Speaker, SpeakRequest, StreamText
 
 
 def _say_nothing(emitter: tts.AudioEmitter, sample_rate: int) -> None:
@@ -44,7 +41,7 @@ class _StreamVoiceView:
 class ChunkedStream(_StreamVoiceView, tts.ChunkedStream):
     """``synthesize(text)``: the same chunked, pipelined turn over a complete text."""
 
-    def __init__(self, *, tts: "TTS", speaker: Speaker, options: TTSOptions,
+    def __init__(self, *, tts: tts.TTS, speaker: Speaker, options: TTSOptions,
                  voice: StreamVoice, input_text: str, conn_options: APIConnectOptions) -> None:
         super().__init__(tts=tts, input_text=input_text, conn_options=conn_options)
         self._speaker = speaker
@@ -74,7 +71,7 @@ class ChunkedStream(_StreamVoiceView, tts.ChunkedStream):
 class SynthesizeStream(_StreamVoiceView, tts.SynthesizeStream):
     """``stream()``: LLM deltas in, one segment of audio out, chunk by chunk."""
 
-    def __init__(self, *, tts: "TTS", speaker: Speaker, options: TTSOptions,
+    def __init__(self, *, tts: tts.TTS, speaker: Speaker, options: TTSOptions,
                  voice: StreamVoice, conn_options: APIConnectOptions) -> None:
         super().__init__(tts=tts, conn_options=conn_options)
         self._speaker = speaker

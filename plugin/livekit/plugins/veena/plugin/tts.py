@@ -19,9 +19,10 @@ from livekit.agents import (
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr
 from livekit.agents.utils import is_given
 
-from ..models.families import family_for
+from ..models import loading
 from ..models.profiles import ModelProfile, as_profile
 from ..pipeline.chunking import ChunkerOptions
+from ..pipeline.family import family_for
 from ..pipeline.pipeline import Pipeline
 from ..pipeline.sentences import SentenceTokenizer
 from ..settings import env_float, env_int
@@ -42,7 +43,7 @@ def shared_pipeline(model: str, profile: str | ModelProfile | None = None) -> Pi
     manifest or ``VEENA_PROFILE`` decides)."""
     key = (model, profile)
     if key not in _PIPELINES:
-        _PIPELINES[key] = Pipeline.from_model(model, profile=profile)
+        _PIPELINES[key] = loading.load_pipeline(model, profile=profile)
     return _PIPELINES[key]
 
 

@@ -23,6 +23,7 @@ from typing import Callable
 
 from aiohttp import web
 
+from ..models import loading
 from ..pipeline.engine import EngineClosedError
 from ..pipeline.pipeline import Pipeline
 from . import health, speech, voice_routes, websocket
@@ -130,7 +131,7 @@ def run_server(model: str, *, profile: str | None, host: str, port: int,
     so that no client ever waits on a worker that is still loading, and ``engine_core``
     where the workers share one engine core (``shared_engine.py``)."""
     try:
-        pipeline = Pipeline.from_model(model, profile=profile, engine_core=engine_core)
+        pipeline = loading.load_pipeline(model, profile=profile, engine_core=engine_core)
     except Exception as e:  # a model or codec that cannot be loaded is a failed start too
         logger.error("cannot load the model: %s", e, extra={"model": model})
         return ENGINE_DEAD_EXIT_CODE

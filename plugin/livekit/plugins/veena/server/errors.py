@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..models.families import InvalidGlobalsError
 from ..pipeline.engine import EngineDeadError, EngineError, EngineStartingError
+from ..pipeline.family import InvalidGlobalsError
 from ..pipeline.turn import TurnTimeout
 from ..protocol import ERROR_CODES
 from .admission import Overloaded

@@ -23,7 +23,7 @@ class SavedVoices:
         self.by_name: dict[str, VoiceFile] = voices_in(voices_dir, profile) if voices_dir else {}
         """Saved voices by name; a bad file stops the server at start-up with its reason. A
         file the operator put there may carry a profile voice's name (``arjun.json``: that
-        voice with pinned globals, tests/test_voices.py); an upload may not."""
+        voice with pinned globals, tests/voices/test_voices.py); an upload may not."""
         self._unreadable: set[tuple[str, int]] = set()
         """(name, mtime) of voice files found bad: not parsed, nor warned about, again."""
         self.names_taken: set[str] = set()

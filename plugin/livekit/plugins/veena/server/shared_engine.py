@@ -18,8 +18,8 @@ import logging
 from multiprocessing.process import BaseProcess
 from typing import Callable
 
+from ..models.loading import engine_options_of
 from ..pipeline.engine import engine_args
-from ..pipeline.pipeline import engine_options_of
 
 logger = logging.getLogger(__name__)
 

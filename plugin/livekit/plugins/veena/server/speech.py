@@ -41,8 +41,8 @@ from .audio_formats import (
     AudioEncoder,
     complete_wav,
 )
-from .options import MAX_HTTP_BODY_BYTES
 from .errors import error_code, json_error
+from .options import MAX_HTTP_BODY_BYTES
 from .state import ServerState, server_state
 from .turn_request import turn_options
 

@@ -21,7 +21,7 @@ def turn_options(state: ServerState, voice: Any, sampling: Any, seed: Any,
                              seed=seed, speaker_globals=speaker_globals,
                              lookup=state.voices.find)
     return TurnOptions(voice=resolved.voice,
-                       sampling=pipeline.default_sampling().overridden(sampling),
+                       sampling=pipeline.sampling.defaults().overridden(sampling),
                        seed=resolved.seed, speaker_globals=resolved.speaker_globals,
                        chunk_crossfade_ms=state.options.chunk_crossfade_ms,
                        max_chunks_in_flight=state.options.max_chunks_in_flight,

@@ -18,8 +18,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from ..voices.files import VOICE_NAME, VoiceFile, clone_voice
 from ..voices.reference_clip import ReferenceClipError
-from .health import profile_tags
 from .errors import json_error
+from .health import profile_tags
 from .state import server_state
 
 logger = logging.getLogger(__name__)

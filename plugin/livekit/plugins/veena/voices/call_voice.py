@@ -15,9 +15,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..models.families import family_for
-from ..models.profiles import check_cloned_voice
 from ..pipeline.engine_options import draw_seed
+from ..pipeline.family import family_for
 from ..validation import check_int
 from .files import MAX_SEED, VoiceFile, is_voice_path, load_voice
 
@@ -63,10 +62,7 @@ def resolve_voice(profile: Any, voice: Any, *, seed: Any = None,
         voice = file.voice
         speaker_globals = file.speaker_globals if speaker_globals is None else speaker_globals
         seed = file.seed if seed is None else seed
-    checked = profile.check_voice(voice)
-    globals_ = (None if speaker_globals is None
-                else family_for(profile).check_globals(speaker_globals))
-    check_cloned_voice(checked, globals_)
+    checked, globals_ = family_for(profile).check_voice(voice, speaker_globals)
     if seed is not None:
         seed = check_int("seed", seed, 0, MAX_SEED)
     return Voice(checked, globals_, seed, file)

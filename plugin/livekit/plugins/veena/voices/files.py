@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..models.families import family_for
-from ..models.profiles import CLONED_VOICE
+from ..models.loading import speaker_encoder
 from ..pipeline.engine_options import draw_seed
+from ..pipeline.family import CLONED_VOICE, family_for
 from ..validation import UNLOADABLE_JSON, check_int
 
 FORMAT_VERSION = 1
@@ -195,7 +195,7 @@ async def clone_voice(pipeline: Any, wav: bytes, *, model: str | None = None) ->
         raise VoiceFileError(f"model profile {pipeline.profile.name} has no speaker tokens: "
                              "its voices are speaker prompts only, nothing to clone into")
     loop = asyncio.get_running_loop()
-    encoder = await loop.run_in_executor(None, pipeline.speaker_encoder)
+    encoder = await loop.run_in_executor(None, speaker_encoder, pipeline)
     clip = await loop.run_in_executor(None, load_reference_clip, wav, encoder.sample_rate)
     ids = await loop.run_in_executor(None, encoder.encode, clip.samples)
     return VoiceFile(pipeline.profile.name, model or pipeline.engine.options.model, CLONED_VOICE,

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...codecs.base import Codec, CodecInput
 from ...pipeline.engine_options import SamplingOptions
+from ...pipeline.family import DecodeShape, InvalidGlobalsError, ModelFamily, register_family
 from ...pipeline.pacing import PacingOptions
 from ...pipeline.parsing import (
     KIND_GLOBAL,
@@ -26,7 +27,6 @@ from ...pipeline.parsing import (
 )
 from ...pipeline.windowing import Window, WindowOptions
 from ..profiles import BiCodecProfile
-from . import InvalidGlobalsError, ModelFamily, WindowDefaults, register_family
 
 
 class BiCodecTrack:
@@ -60,13 +60,10 @@ class BiCodecTrack:
 class BiCodecFamily(ModelFamily):
     codec = "bicodec"
     has_speaker_globals = True
+    decode_defaults = DecodeShape(WindowOptions(first=10, new=50, left=40, right=20),
+                                  PacingOptions(max_new=160))
+    decode_env = "VEENA_BICODEC_WINDOW"
     profile: BiCodecProfile
-
-    def default_window(self, options: WindowDefaults) -> WindowOptions:
-        return options.bicodec_window
-
-    def default_pacing(self, options: WindowDefaults) -> PacingOptions:
-        return options.bicodec_pacing
 
     def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False,
                    streaming: bool = False) -> Codec:

@@ -8,10 +8,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...codecs.base import Codec, CodecInput
+from ...pipeline.family import DecodeShape, ModelFamily, register_family
+from ...pipeline.pacing import PacingOptions
 from ...pipeline.parsing import SnacFramer, TokenTable
 from ...pipeline.windowing import Window, WindowOptions
 from ..profiles import SnacProfile
-from . import ModelFamily, WindowDefaults, register_family
 
 
 class SnacTrack:
@@ -40,10 +41,10 @@ class SnacTrack:
 @register_family
 class SnacFamily(ModelFamily):
     codec = "snac"
+    decode_defaults = DecodeShape(WindowOptions(first=2, new=8, left=2, right=2),
+                                  PacingOptions(max_new=32))
+    decode_env = "VEENA_SNAC_WINDOW"
     profile: SnacProfile
-
-    def default_window(self, options: WindowDefaults) -> WindowOptions:
-        return options.snac_window
 
     def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False,
                    streaming: bool = False) -> Codec:

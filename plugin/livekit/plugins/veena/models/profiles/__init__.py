@@ -20,7 +20,6 @@ from .base import (
     MANIFEST,
     MAX_DESCRIPTION_CHARS,
     CodecKind,
-    SamplingDefaults,
     TokenizerLike,
     VoiceChecks,
     check_cloned_voice,
@@ -33,7 +32,7 @@ from .snac import MAYA1, MAYA1_PRESETS, MAYA1_TAGS, ORPHEUS, ORPHEUS_TAGS, VEENA
 __all__ = [
     "CLONED_VOICE", "MANIFEST", "MAX_DESCRIPTION_CHARS", "MAYA1", "MAYA1_PRESETS", "MAYA1_TAGS",
     "ORPHEUS", "ORPHEUS_TAGS", "PROFILES", "SPARK", "SPARK_GENDERS", "SPARK_LEVELS", "VEENA",
-    "VEENA3", "BiCodecProfile", "CodecKind", "ModelProfile", "SamplingDefaults", "SnacProfile",
+    "VEENA3", "BiCodecProfile", "CodecKind", "ModelProfile", "SnacProfile",
     "TokenizerLike", "VoiceChecks", "as_profile", "check_cloned_voice", "check_description",
     "get_profile", "read_manifest", "register_profile", "resolve_profile", "spark_voice",
     "with_overrides",

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
+from ...pipeline.family import CLONED_VOICE, check_cloned_voice  # noqa: F401  (re-exported)
 from ...validation import check_str
 
 CodecKind = Literal["snac", "bicodec"]
@@ -27,15 +27,6 @@ def read_manifest(model: str) -> dict[str, Any]:
 
 class TokenizerLike(Protocol):
     def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
-
-
-@dataclass(frozen=True)
-class SamplingDefaults:
-    temperature: float = 0.4
-    top_p: float = 0.9
-    top_k: int = -1
-    repetition_penalty: float = 1.05
-    min_tokens: int = 0
 
 
 MAX_DESCRIPTION_CHARS = 500
@@ -104,13 +95,3 @@ class VoiceChecks:
         return voice
 
 
-CLONED_VOICE = ""
-"""The voice of a clone from a reference clip: no speaker prompt, the globals alone
-(Spark-TTS's prompt-less cloning mode)."""
-
-
-def check_cloned_voice(voice: str, speaker_globals: Sequence[int] | None) -> None:
-    """A cloned voice has no speaker prompt: without its globals there is no voice at all."""
-    if voice == CLONED_VOICE and speaker_globals is None:
-        raise ValueError('voice "" is a cloned voice with no speaker prompt: it needs its '
-                         "speaker globals (its voice file, or speaker_globals)")

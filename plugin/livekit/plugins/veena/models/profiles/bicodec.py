@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from ...pipeline.engine_options import SamplingOptions
 from ...validation import check_int_list
 from .base import (
     CLONED_VOICE,
     CodecKind,
-    SamplingDefaults,
     TokenizerLike,
     VoiceChecks,
     check_cloned_voice,
@@ -66,7 +66,7 @@ class BiCodecProfile(VoiceChecks):
     sample_rate: int = 16000
     samples_per_token: int = 320
     tokens_per_second: float = 50.0
-    sampling: SamplingDefaults = SamplingDefaults(temperature=0.8, top_p=0.95, top_k=50)
+    sampling: SamplingOptions = SamplingOptions(temperature=0.8, top_p=0.95, top_k=50)
     licence: str = ""
 
     def check_voice(self, voice: str) -> str:
@@ -159,7 +159,7 @@ SPARK = BiCodecProfile(
     max_new_tokens=3000,
     llm_folder="LLM",
     model_ids=("SparkAudio/Spark-TTS-0.5B",),
-    sampling=SamplingDefaults(temperature=0.8, top_p=0.95, top_k=50, repetition_penalty=1.0),
+    sampling=SamplingOptions(temperature=0.8, top_p=0.95, top_k=50, repetition_penalty=1.0),
     prompt_source="SparkAudio/Spark-TTS cli/SparkTTS.py (process_prompt, process_prompt_control)",
     licence=_SPARK_LICENCE,
 )

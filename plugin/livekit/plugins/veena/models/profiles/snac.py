@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import CodecKind, SamplingDefaults, TokenizerLike, VoiceChecks
+from ...pipeline.engine_options import SamplingOptions
+from .base import CodecKind, TokenizerLike, VoiceChecks
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class SnacProfile(VoiceChecks):
     # codebook level of each interleave position: [c0, c1a, c2a, c2b, c1b, c2c, c2d]
     position_levels: tuple[int, ...] = (0, 1, 2, 2, 1, 2, 2)
     tokens_per_second: float = 7 * 24000 / 2048
-    sampling: SamplingDefaults = SamplingDefaults()
+    sampling: SamplingOptions = SamplingOptions()
     licence: str = ""
 
     @property
@@ -78,7 +79,7 @@ VEENA = SnacProfile(
     suffix_ids=(128260, 128261, 128257),  # END_OF_HUMAN, START_OF_AI, START_OF_SPEECH
     stop_token_ids=(128258, 128262),  # END_OF_SPEECH, END_OF_AI
     audio_token_base=128266,
-    sampling=SamplingDefaults(temperature=0.4, top_p=0.9, repetition_penalty=1.05),
+    sampling=SamplingOptions(temperature=0.4, top_p=0.9, repetition_penalty=1.05),
     model_ids=("maya-research/veena-tts",),
     licence=_SNAC_LICENCE,
 )
@@ -99,7 +100,7 @@ ORPHEUS = SnacProfile(
     add_bos=True,
     tags=ORPHEUS_TAGS,
     model_ids=("canopylabs/orpheus-3b-0.1-ft",),
-    sampling=SamplingDefaults(temperature=0.6, top_p=0.8, repetition_penalty=1.3),
+    sampling=SamplingOptions(temperature=0.6, top_p=0.8, repetition_penalty=1.3),
     licence=_SNAC_LICENCE,
 )
 
@@ -142,7 +143,7 @@ MAYA1 = SnacProfile(
     ignore_eos=True,
     trim_start_frames=1,
     model_ids=("maya-research/maya1",),
-    sampling=SamplingDefaults(temperature=0.4, top_p=0.9, repetition_penalty=1.1,
+    sampling=SamplingOptions(temperature=0.4, top_p=0.9, repetition_penalty=1.1,
                               min_tokens=28),
     prompt_source="maya-research/maya1 model card and its vLLM streaming reference",
     licence="Apache-2.0 (maya-research/maya1 weights and code); snac code: MIT",

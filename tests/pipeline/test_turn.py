@@ -10,14 +10,14 @@ import pytest
 
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
 
-from .helpers import engine_settled
+from ..helpers import engine_settled
 
 pytestmark = pytest.mark.engine
 CHUNK = 5 * 2048  # 35 tokens = 5 SNAC frames per chunk
 
 
 def _options(pipeline, **kw) -> TurnOptions:
-    sampling = replace(pipeline.default_sampling(), max_tokens=35)
+    sampling = replace(pipeline.sampling.defaults(), max_tokens=35)
     return TurnOptions(voice="kavya", sampling=sampling, seed=11, **kw)
 
 
@@ -43,7 +43,7 @@ async def test_a_chunk_reaches_the_listener_whole_as_decoded(pipeline):
     a sample the listener runs dry without): every push is whole frames, except the last
     window's, whose 15 ms tail waits for a next chunk's seam and comes at the turn's end."""
     turn = Turn(pipeline, replace(_options(pipeline, chunk_crossfade_ms=15.0),
-                                  sampling=replace(pipeline.default_sampling(), max_tokens=70)))
+                                  sampling=replace(pipeline.sampling.defaults(), max_tokens=70)))
     lengths = []
     await turn.speak(_texts("Whole frames, window by window."), lambda pcm: lengths.append(len(pcm)))
     assert len(lengths) >= 3 and sum(lengths) == 10 * 2048
@@ -86,7 +86,7 @@ async def test_the_turns_task_wakes_per_chunk_not_per_window(pipeline, monkeypat
     the turn's own task nor the task generating a chunk wakes per window: each wakes a few
     times per chunk however many windows the chunk has (the turn's woke for every window
     before, and the generating task once or twice per window after that)."""
-    sampling = replace(pipeline.default_sampling(), max_tokens=280)
+    sampling = replace(pipeline.sampling.defaults(), max_tokens=280)
     # no progress check comes due on a slow machine (each would wake the task once more)
     turn = Turn(pipeline, TurnOptions(voice="kavya", sampling=sampling, seed=11,
                                       timeout=3600.0))
@@ -165,15 +165,16 @@ async def test_a_chunk_behind_a_generating_chunk_takes_its_tokens_frame_by_frame
 
 
 async def test_queued_output_steps_reads_the_environment_and_is_checked(pipeline, monkeypatch):
-    from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+    from livekit.plugins.veena.models.loading import pipeline_options_from_env
+    from livekit.plugins.veena.pipeline.pipeline import Pipeline
 
-    assert PipelineOptions.from_env().queued_output_steps == 1
+    assert pipeline_options_from_env().queued_output_steps == 1
     monkeypatch.setenv("VEENA_QUEUED_OUTPUT_STEPS", "0")
-    assert PipelineOptions.from_env().queued_output_steps == 0
+    assert pipeline_options_from_env().queued_output_steps == 0
     for bad in ("-1", "65", "1.5", "yes"):
         monkeypatch.setenv("VEENA_QUEUED_OUTPUT_STEPS", bad)
         with pytest.raises(ValueError, match="VEENA_QUEUED_OUTPUT_STEPS"):
-            PipelineOptions.from_env()
+            pipeline_options_from_env()
     for bad in (True, -1, 2.0):
         with pytest.raises(ValueError, match="queued_output_steps"):
             Pipeline(pipeline.engine, pipeline.codec, pipeline.profile,
@@ -181,6 +182,6 @@ async def test_queued_output_steps_reads_the_environment_and_is_checked(pipeline
     # 2 frames of SNAC: 14 tokens a delivery; a larger interval already asked for stays
     options = replace(pipeline.options, queued_output_steps=2)
     monkeypatch.setattr(pipeline, "options", options)
-    sampling = pipeline.default_sampling()
-    assert pipeline.queued_sampling(sampling).stream_interval == 14
-    assert pipeline.queued_sampling(replace(sampling, stream_interval=21)).stream_interval == 21
+    sampling = pipeline.sampling.defaults()
+    assert pipeline.sampling.queued(sampling).stream_interval == 14
+    assert pipeline.sampling.queued(replace(sampling, stream_interval=21)).stream_interval == 21

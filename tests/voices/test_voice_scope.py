@@ -1,7 +1,7 @@
 """One voice for a whole call (BiCodec): the first stream of a ``veena.TTS`` captures 32
 speaker globals and every later stream of that instance speaks with them (in-process and
 through the server); ``turn`` scope captures per stream; ``reset_voice()`` starts over. The
-SNAC side (one seed per call) is in tests/test_voice_design.py."""
+SNAC side (one seed per call) is in tests/voices/test_voice_design.py."""
 
 import pytest
 from livekit.agents import tts
@@ -9,7 +9,7 @@ from livekit.plugins import veena
 
 from livekit.plugins.veena.server.app import ServerOptions
 
-from .server.conftest import serve
+from ..servers import serve
 
 pytestmark = pytest.mark.engine
 TEXT = "नमस्ते। यह एक वाक्य है।"
@@ -86,7 +86,7 @@ async def test_call_scope_through_the_server(spark_pipeline):
 
 
 def test_voice_scope_checked_and_every_profile_defaults_to_call(pipeline):
-    # SNAC too: its call keeps one seed (tests/test_voice_design.py)
+    # SNAC too: its call keeps one seed (tests/voices/test_voice_design.py)
     with pytest.raises(ValueError, match="voice_scope"):
         veena.TTS(pipeline=pipeline, voice_scope="forever")
     assert veena.TTS(pipeline=pipeline).voice_scope == "call"

@@ -25,7 +25,7 @@ from livekit.plugins.veena.models.profiles import MAYA1
 from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
-from .server.fakes import FakeEngine, SilentCodec
+from ..fakes import FakeEngine, SilentCodec
 
 SOH, BOS, EOT, EOH, SOA, SOS, EOS_SPEECH = 128259, 128000, 128009, 128260, 128261, 128257, 128258
 
@@ -215,7 +215,7 @@ async def _generate(pipeline: Pipeline, sampling: SamplingOptions) -> list[int]:
 
 
 def _pushed_to(pipeline: Pipeline, token: int, **changes) -> _Biased:
-    s = replace(pipeline.default_sampling(), max_tokens=70, seed=7, **changes)
+    s = replace(pipeline.sampling.defaults(), max_tokens=70, seed=7, **changes)
     return _Biased(**{f: getattr(s, f) for f in s.__dataclass_fields__},
                    logit_bias=((token, 100.0),))
 
@@ -262,7 +262,7 @@ async def test_a_description_and_a_tag_speak_end_to_end(maya1_pipeline):
     (one,) = maya1_pipeline.scheduler.codec.decode(
         [CodecInput(np.stack(frames), 0, piece_seed(syn.seed, 0))])
     err = pcm.astype(np.float32) / 32767 - np.clip(one[2048:], -1, 1)
-    assert np.abs(err).max() < 5e-3  # the windowed decode's bound (tests/test_pipeline.py)
+    assert np.abs(err).max() < 5e-3  # the windowed decode's bound (tests/pipeline/test_pipeline.py)
     assert syn.timings.audio_seconds == pytest.approx(len(pcm) / 24000)
 
 
@@ -292,7 +292,7 @@ async def test_the_planner_counts_no_trimmed_audio_as_heard():
     await p.start()
     try:
         heard = []
-        syn = p.synthesize("Hello there.", sampling=replace(p.default_sampling(),
+        syn = p.synthesize("Hello there.", sampling=replace(p.sampling.defaults(),
                                                              max_tokens=70), seed=1)
         await syn.play(lambda pcm, final: heard.append(len(pcm)))
         assert sum(heard) == 9 * 2048  # ten frames, the first one dropped

@@ -12,11 +12,12 @@ import weakref
 
 import pytest
 
+from livekit.plugins.veena.models.loading import pipeline_options_from_env
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.gc_heap import FullCollections, full_collections
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
-from .server.fakes import FakeEngine, SilentCodec
+from ..fakes import FakeEngine, SilentCodec
 
 
 class _Cycle:
@@ -58,7 +59,7 @@ async def test_start_freezes_what_start_up_left(thawed):
 
 async def test_freeze_can_be_turned_off(thawed, monkeypatch):
     monkeypatch.setenv("VEENA_FREEZE_GC_HEAP", "0")
-    options = PipelineOptions.from_env()
+    options = pipeline_options_from_env()
     assert options.freeze_gc_heap is False
     before = _Cycle()
     p = Pipeline(FakeEngine(), SilentCodec(), VEENA, options)
@@ -188,8 +189,8 @@ async def test_pipeline_defers_and_a_synthesis_counts_as_playing(thawed):
 def test_interval_reads_the_environment(monkeypatch):
     assert PipelineOptions().gc_full_interval_s == 300.0
     monkeypatch.setenv("VEENA_GC_FULL_INTERVAL_S", "0")
-    assert PipelineOptions.from_env().gc_full_interval_s == 0.0
+    assert pipeline_options_from_env().gc_full_interval_s == 0.0
     for bad in ("-1", "nan", "inf"):
         monkeypatch.setenv("VEENA_GC_FULL_INTERVAL_S", bad)
         with pytest.raises(ValueError, match="VEENA_GC_FULL_INTERVAL_S"):
-            PipelineOptions.from_env()
+            pipeline_options_from_env()

@@ -17,8 +17,8 @@ from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.protocol import ERROR_CODES
 from livekit.plugins.veena.server.app import ServerOptions
 
-from .conftest import serve_app
-from .fakes import FakeEngine, SilentCodec
+from ..fakes import FakeEngine, SilentCodec
+from ..servers import serve_app
 
 MAX_MESSAGES = 10_000  # messages read while waiting for one: a hang guard only
 

@@ -15,15 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from livekit.plugins.veena.models.families import DecodeShape, SnacFamily
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.alarm import SharedAlarm
 from livekit.plugins.veena.pipeline.engine import EngineDeadError
 from livekit.plugins.veena.pipeline.pacing import PacingOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
-from .server.fakes import SilentCodec
+from ..fakes import SilentCodec
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from _fake_async_llm import FakeAsyncLLM, fake_vllm_engine  # noqa: E402
 
 # -- the alarm --------------------------------------------------------------------------------
@@ -85,7 +86,8 @@ class MergingLLM(FakeAsyncLLM):
 
 
 def _pipeline(llm: MergingLLM, tick_ms: float) -> Pipeline:
-    options = PipelineOptions(snac_pacing=PacingOptions(max_new=32, pull_tick_ms=tick_ms))
+    options = PipelineOptions(decode={"snac": DecodeShape(
+        SnacFamily.decode_defaults.window, PacingOptions(max_new=32, pull_tick_ms=tick_ms))})
     return Pipeline(fake_vllm_engine(llm, max_num_seqs=4), SilentCodec(), VEENA, options)
 
 

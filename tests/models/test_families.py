@@ -12,12 +12,14 @@ import pytest
 
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.models.families import (
+    DecodeShape,
     ModelFamily,
     family_for,
     register_family,
 )
-from livekit.plugins.veena.models.profiles import VEENA, SamplingDefaults, VoiceChecks
+from livekit.plugins.veena.models.profiles import VEENA, VoiceChecks
 from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
+from livekit.plugins.veena.pipeline.pacing import PacingOptions
 from livekit.plugins.veena.pipeline.parsing import (
     KIND_AUDIO,
     KIND_STOP,
@@ -40,7 +42,7 @@ class ToyProfile(VoiceChecks):
     codec_model: str = ""
     sample_rate: int = 8000
     tokens_per_second: float = 200.0
-    sampling: SamplingDefaults = SamplingDefaults()
+    sampling: SamplingOptions = SamplingOptions()
 
 
 class ToyCodec:
@@ -85,8 +87,8 @@ class ToyTrack:
 class ToyFamily(ModelFamily):
     codec = "toy"
 
-    def default_window(self, options) -> WindowOptions:
-        return WindowOptions(first=3, new=5, left=1, right=1)
+    decode_defaults = DecodeShape(WindowOptions(first=3, new=5, left=1, right=1),
+                                  PacingOptions(max_new=32))
 
     def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False
                    ) -> ToyCodec:
@@ -135,7 +137,7 @@ async def _aiter(*items):
 
 
 def test_no_profile_type_checks_outside_the_families():
-    root = Path(__file__).resolve().parents[1] / "plugin" / "livekit" / "plugins" / "veena"
+    root = Path(__file__).resolve().parents[2] / "plugin" / "livekit" / "plugins" / "veena"
     pattern = re.compile(r"isinstance\([^)]*(SnacProfile|BiCodecProfile)")
     offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
                  if "families" not in p.parts and pattern.search(p.read_text())]

@@ -7,7 +7,7 @@ from livekit.plugins import veena
 
 from livekit.plugins.veena.server.app import ServerOptions
 
-from .conftest import serve
+from ..servers import serve
 
 pytestmark = pytest.mark.engine
 

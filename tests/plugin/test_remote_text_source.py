@@ -10,8 +10,8 @@ from livekit.plugins import veena
 
 from livekit.plugins.veena.server.app import ServerOptions
 
+from ..fakes import fake_pipeline, fake_server
 from ..helpers import tasks_left_since
-from .fakes import fake_pipeline, fake_server
 
 NO_RETRY = APIConnectOptions(max_retry=0, timeout=30)
 

@@ -19,14 +19,14 @@ from livekit.plugins.veena.pipeline.pipeline import (
     piece_seed,
 )
 
-from .helpers import engine_settled, gated_codec, same_audio, wait_thread_event
+from ..helpers import engine_settled, gated_codec, same_audio, wait_thread_event
 
 pytestmark = pytest.mark.engine
 SPF = 2048
 
 
 def _sampling(pipeline, max_tokens, **kw):
-    return replace(pipeline.default_sampling(), max_tokens=max_tokens, **kw)
+    return replace(pipeline.sampling.defaults(), max_tokens=max_tokens, **kw)
 
 
 async def test_audio_arrives_while_generation_runs(pipeline):
@@ -249,6 +249,6 @@ def test_long_text_is_split_not_truncated(pipeline):
     sentence = "This sentence is part of a very long text that exceeds the context. "
     text = sentence * 60
     syn = pipeline.synthesize(text)
-    limit = pipeline.max_chars_per_request()
+    limit = pipeline.sampling.max_chars_per_request()
     assert len(syn.pieces) > 1 and all(len(p) <= limit for p in syn.pieces)
     assert " ".join(syn.pieces).split() == text.split()

@@ -13,7 +13,7 @@ import pytest
 from livekit.plugins.veena.pipeline.tasks import settle
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
 
-from .server.fakes import fake_pipeline
+from ..fakes import fake_pipeline
 
 HANG_GUARD_S = 120
 
@@ -50,7 +50,7 @@ async def test_a_turn_cancelled_while_closing_after_a_failed_chunk_ends_cancelle
 
         p.synthesize = synthesize
         turn = Turn(p, TurnOptions(voice=p.profile.default_voice,
-                                   sampling=replace(p.default_sampling(), max_tokens=70),
+                                   sampling=replace(p.sampling.defaults(), max_tokens=70),
                                    seed=1))
 
         async def texts():
@@ -107,7 +107,7 @@ async def test_a_codec_warm_up_that_failed_once_is_tried_again():
     from livekit.plugins.veena.models.profiles import VEENA
     from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
-    from .server.fakes import FakeEngine, SilentCodec
+    from ..fakes import FakeEngine, SilentCodec
 
     class FlakyCodec(SilentCodec):
         warmups = 0
@@ -133,11 +133,11 @@ async def test_a_pipeline_closed_under_a_turn_ends_it_at_once_with_the_reason():
     and waited out its whole timeout, then blamed the engine ("no progress")."""
     from livekit.plugins.veena.pipeline.engine import EngineClosedError
 
-    from .helpers import gated_codec, wait_thread_event
+    from ..helpers import gated_codec, wait_thread_event
 
     async with fake_pipeline() as p:
         turn = Turn(p, TurnOptions(voice=p.profile.default_voice,
-                                   sampling=p.default_sampling(), seed=1, timeout=3600.0))
+                                   sampling=p.sampling.defaults(), seed=1, timeout=3600.0))
 
         async def texts():
             yield "Hello there, this is a test."

@@ -22,8 +22,8 @@ from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.server.state import STATE_KEY
 from livekit.plugins.veena.voices.files import design_voice
 
-from .conftest import serve_app
-from .fakes import FakeEngine, SilentCodec, _Tokenizer
+from ..fakes import FakeEngine, SilentCodec, _Tokenizer
+from ..servers import serve_app
 
 DESCRIPTION = "Gravelly male voice in his 60s with a Scottish accent. Slow, kind pacing."
 FRAMES = 6

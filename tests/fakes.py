@@ -170,7 +170,7 @@ async def fake_server(options, **engine_kw):
     """``create_app`` over ``fake_pipeline(**engine_kw)`` on a free loopback port."""
     from livekit.plugins.veena.server.state import STATE_KEY
 
-    from .conftest import serve_app
+    from .servers import serve_app
 
     async with fake_pipeline(**engine_kw) as p, serve_app(p, options) as (url, app):
         yield FakeServer(url, app[STATE_KEY], p)

@@ -12,7 +12,7 @@ from livekit.plugins.veena.pipeline.pacing import window_sizes
 from livekit.plugins.veena.pipeline.stitching import Stitcher, crossfade, to_int16
 from livekit.plugins.veena.pipeline.windowing import WindowOptions
 
-from .helpers import decode_windows, every_size_windows, windowed_decode
+from ..helpers import decode_windows, every_size_windows, windowed_decode
 
 SPF = 2048
 

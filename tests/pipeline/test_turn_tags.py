@@ -17,7 +17,7 @@ from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.pipeline.transcripts import word_timings
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions, unknown_tags_removed
 
-from .server.fakes import FakeEngine, SilentCodec
+from ..fakes import FakeEngine, SilentCodec
 
 TAGGED = with_overrides(VEENA, name="veena-tagged", tags=("laugh", "sigh"))
 FRAMES = 4  # SNAC frames per chunk (28 tokens)
@@ -49,7 +49,7 @@ async def tagged_pipeline(profile=TAGGED):
 
 
 def _turn(p) -> Turn:
-    sampling = replace(p.default_sampling(), max_tokens=7 * FRAMES)
+    sampling = replace(p.sampling.defaults(), max_tokens=7 * FRAMES)
     return Turn(p, TurnOptions(voice="kavya", sampling=sampling, seed=5))
 
 
@@ -130,7 +130,7 @@ async def test_a_first_chunk_left_empty_does_not_stop_a_bicodec_voice(spark_pipe
     the turn's first chunk held only tags the model does not perform."""
     p = spark_pipeline
     assert p.profile.tags == ()
-    turn = Turn(p, TurnOptions(voice="kavya", sampling=replace(p.default_sampling(),
+    turn = Turn(p, TurnOptions(voice="kavya", sampling=replace(p.sampling.defaults(),
                                                                max_tokens=30),
                                seed=3, timeout=60))
     audio = []

@@ -12,8 +12,8 @@ from livekit.plugins import veena
 
 from livekit.plugins.veena.server.app import ServerOptions, create_app
 
+from ..fakes import fake_pipeline
 from ..helpers import tasks_left_since
-from .fakes import fake_pipeline
 
 TEXT = "Hello there. This is one whole turn, in two sentences."
 NO_RETRY = APIConnectOptions(max_retry=0, timeout=10)

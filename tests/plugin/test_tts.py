@@ -11,7 +11,7 @@ from livekit.plugins.veena.pipeline.chunking import ChunkerOptions, TextChunker
 from livekit.plugins.veena.pipeline.engine import EngineOptions, VllmEngine
 from livekit.plugins.veena.pipeline.pipeline import Pipeline
 
-from .helpers import engine_settled, gated_codec, wait_thread_event
+from ..helpers import engine_settled, gated_codec, wait_thread_event
 
 pytestmark = pytest.mark.engine
 CHUNK_TOKENS = 70  # 10 SNAC frames = 20480 samples per chunk on the tiny model

@@ -1,3 +1,6 @@
+"""Test servers shared by every folder: in-process apps on a free port, ``veena-tts serve`` as
+its own process, and polling / metric helpers."""
+
 import asyncio
 import contextlib
 import os
@@ -7,7 +10,6 @@ import subprocess
 import sys
 
 import aiohttp
-import pytest
 from aiohttp import web
 
 from livekit.plugins.veena.server.app import ServerOptions, create_app
@@ -62,17 +64,7 @@ async def serve(pipeline, options: ServerOptions):
         yield url
 
 
-@pytest.fixture(scope="session")
-async def server_url(pipeline):
-    # room for the 32-stream test: every stream is admitted and vLLM queues past its
-    # max_num_seqs, so no stream's fate depends on how fast this machine is
-    options = ServerOptions(api_key=API_KEY, max_text_chars=20000, max_contexts_per_connection=4,
-                            max_active_streams=32, max_queued_streams=32, max_queue_wait_s=3600)
-    async with serve(pipeline, options) as url:
-        yield url
-
-
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -83,7 +75,7 @@ async def spawn_server(model_dir: str, wait_for: str = "/ready", **env: str):
     """``veena-tts serve`` as its own process (own engine); yields (process, http URL) once
     ``wait_for`` answers 200 (``/health``: the server is up, its engine still starting).
     Killed with its whole process group at the end."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "livekit.plugins.veena.cli", "serve", "--model", model_dir,
          "--port", str(port)],

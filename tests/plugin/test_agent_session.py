@@ -8,7 +8,7 @@ from livekit.plugins import veena
 
 from livekit.plugins.veena.pipeline.chunking import chunk_text
 
-from .helpers import engine_settled
+from ..helpers import engine_settled
 from .livekit_fakes import CapturingAudioOutput, ScriptedLLM
 
 pytestmark = pytest.mark.engine

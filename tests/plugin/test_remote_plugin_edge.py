@@ -16,7 +16,7 @@ from livekit.plugins import veena
 from livekit.plugins.veena.protocol import encode_audio
 from livekit.plugins.veena.server.app import ServerOptions
 
-from .fakes import fake_pipeline, fake_server
+from ..fakes import fake_pipeline, fake_server
 
 TEXT = "Hello there. This is one whole turn."
 

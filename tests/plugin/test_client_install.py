@@ -14,7 +14,7 @@ from zipfile import ZipFile
 
 import pytest
 
-from .conftest import API_KEY
+from ..servers import API_KEY
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[2]

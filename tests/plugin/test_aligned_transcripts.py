@@ -12,8 +12,8 @@ from livekit.plugins import veena
 from livekit.plugins.veena.pipeline.transcripts import word_timings
 from livekit.plugins.veena.server.app import ServerOptions
 
+from ..servers import serve
 from .livekit_fakes import CapturingAudioOutput, CapturingTextOutput, ScriptedLLM
-from .server.conftest import serve
 
 REPLY = "Sure, I can help with that. The first step is simple. The second step takes longer."
 

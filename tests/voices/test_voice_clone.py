@@ -30,7 +30,7 @@ from livekit.plugins.veena.voices.reference_clip import (
     load_reference_clip,
 )
 
-from .helpers import record_voices
+from ..helpers import record_voices
 
 
 def wav_bytes(samples: np.ndarray, rate: int, width: int = 2) -> bytes:
@@ -245,7 +245,7 @@ async def test_plugin_speaks_a_cloned_voice_file_in_process_and_remote(spark_pip
 
     from livekit.plugins.veena.server.app import ServerOptions
 
-    from .server.conftest import serve
+    from ..servers import serve
 
     saved = await clone_voice(spark_pipeline, wav_bytes(speech_like(2.0), 16000), model="tiny")
     path = saved.save(tmp_path / "guest.json")

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.engine
 
 
 def _sampling(p, n):
-    return replace(p.default_sampling(), max_tokens=n)
+    return replace(p.sampling.defaults(), max_tokens=n)
 
 
 async def test_first_request_captures_exactly_32_globals_then_continuation_reuses_them(spark_pipeline):
@@ -111,7 +111,7 @@ async def official_spark(tmp_path_factory):
     from livekit.plugins.veena.pipeline.engine_options import EngineOptions
 
     root = str(make_tiny_model(tmp_path_factory.mktemp("tiny-spark"), "spark", seed=0))
-    p = veena.Pipeline.from_model(
+    p = veena.load_pipeline(
         root, engine_options=EngineOptions(model=llm_location(root, veena.SPARK),
                                            gpu_memory_utilization=0.3, enforce_eager=True,
                                            max_model_len=2048, max_num_seqs=4),

@@ -28,7 +28,7 @@ from livekit.plugins.veena.voices.files import (
     load_voice,
 )
 
-from .server.test_maya1_surfaces import DESCRIPTION, maya1_server, recording_pipeline
+from ..models.test_maya1_surfaces import DESCRIPTION, maya1_server, recording_pipeline
 
 TOKENS = 42
 """Tokens per engine request: six SNAC frames, enough to speak and cheap on the fake engine."""
@@ -127,7 +127,7 @@ def test_cli_design_writes_the_file_and_logs_where(tmp_path, caplog):
 def test_the_wrapper_script_keeps_relative_paths_where_it_runs(tmp_path):
     """``scripts/veena-tts.sh`` run from another folder: ``-o rob.json`` lands there, not in
     the checkout (the script used to ``cd`` to the repository root first)."""
-    script = Path(__file__).resolve().parents[1] / "scripts" / "veena-tts.sh"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "veena-tts.sh"
     env = {k: v for k, v in os.environ.items() if not k.startswith("VEENA_")}
     subprocess.run(["bash", str(script), "voice", "design", "ava", "-o", "rob.json",
                     "--profile", "maya1", "--seed", "5"], cwd=tmp_path, env=env, check=True,
@@ -153,19 +153,20 @@ def test_cli_design_refuses_with_one_clear_line(tmp_path, caplog, argv, match):
 def test_cli_say_speaks_a_designed_voice_with_its_description_and_seed(tmp_path, monkeypatch):
     """``say --voice rob.json``: the product's Pipeline (over the recording fake engine)
     gets the file's description in its prompt and the file's seed; ``--seed`` wins."""
+    from livekit.plugins.veena.models import loading
     from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
-    from .server.fakes import SilentCodec
-    from .server.test_maya1_surfaces import RecordingEngine
+    from ..fakes import SilentCodec
+    from ..models.test_maya1_surfaces import RecordingEngine
 
     path = design_voice(MAYA1, DESCRIPTION, seed=8675309).save(tmp_path / "rob.json")
     engines: list[RecordingEngine] = []
 
-    def from_model(cls, model, profile=None, **kw):
+    def load_pipeline(model, profile=None, **kw):
         engines.append(RecordingEngine())
         return Pipeline(engines[-1], SilentCodec(), MAYA1, PipelineOptions())
 
-    monkeypatch.setattr(Pipeline, "from_model", classmethod(from_model))
+    monkeypatch.setattr(loading, "load_pipeline", load_pipeline)
     (tmp_path / "model").mkdir()
     argv = ["say", "Hello there.", "--voice", str(path), "--model", str(tmp_path / "model"),
             "--profile", "maya1", "--max-tokens", str(TOKENS), "-o", str(tmp_path / "x.wav")]

@@ -11,8 +11,8 @@ import pytest
 from livekit.plugins import veena
 
 from livekit.plugins.veena import cli
+from livekit.plugins.veena.models import loading
 from livekit.plugins.veena.models.profiles import VEENA, VEENA3
-from livekit.plugins.veena.pipeline.pipeline import Pipeline
 from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.voices.files import (
     FORMAT_VERSION,
@@ -22,8 +22,8 @@ from livekit.plugins.veena.voices.files import (
     load_voice,
 )
 
-from .helpers import record_voices
-from .server.conftest import serve
+from ..helpers import record_voices
+from ..servers import serve
 
 GOOD = {"format_version": FORMAT_VERSION, "profile": "veena3", "model": "m", "voice": "kavya",
         "speaker_globals": list(range(100, 132))}
@@ -55,7 +55,7 @@ def test_bad_voice_files_are_clear_errors_before_any_engine_work(tmp_path, data,
         veena.TTS(base_url="ws://127.0.0.1:9", profile="veena3", voice=str(path))
     # the command line: the voice file's own error (exit 2), and no pipeline was ever built
     built = []
-    monkeypatch.setattr(Pipeline, "from_model", classmethod(lambda cls, *a, **kw: built.append(a)))
+    monkeypatch.setattr(loading, "load_pipeline", lambda *a, **kw: built.append(a))
     (tmp_path / "model").mkdir()
     assert cli.main(["say", "hi", "--voice", str(path), "--model", str(tmp_path / "model"),
                      "--profile", "veena3", "-o", str(tmp_path / "x.wav")]) == 2

@@ -1,0 +1,176 @@
+"""Building a pipeline for a model: where its checkpoint and codec are, which profile reads
+it, what vLLM starts with, and every decode tunable from its ``VEENA_*`` variable.
+
+The pipeline itself (``pipeline/``) takes its engine, codec, profile and options ready made;
+everything that reads the environment, the disk or the model hub to make them is here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+from ..codecs.torch_threads import single_threaded_torch
+from ..pipeline.engine import EngineOptions, VllmEngine
+from ..pipeline.family import DecodeShape, family_for
+from ..pipeline.options import MAX_QUEUED_OUTPUT_STEPS, PipelineOptions
+from ..pipeline.pacing import PacingOptions
+from ..pipeline.pipeline import Pipeline
+from ..pipeline.scheduler import SchedulerOptions
+from ..pipeline.windowing import WindowOptions
+from ..settings import env_bool, env_bool_or_auto, env_float, env_int, env_str
+from ..validation import check_int
+from .download import llm_location, local_checkpoint
+from .families import BiCodecFamily, SnacFamily
+from .profiles import ModelProfile, read_manifest, resolve_profile
+
+logger = logging.getLogger(__name__)
+
+LOCAL_ENGINE_MODULES = ("torch", "vllm", "snac", "safetensors", "yaml")
+"""What running a model in this process needs beyond the base (client-side) install."""
+
+
+class MissingExtraError(ImportError):
+    """The local engine's packages are not installed (the base install is the client)."""
+
+
+def require_local_engine() -> None:
+    """Say exactly what to install before anything tries to import torch or vLLM."""
+    missing = [m for m in LOCAL_ENGINE_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtraError(
+            "running a model in this process (veena.TTS(model=...), veena-tts say/serve) needs "
+            "the local engine: pip install 'livekit-plugins-veena[cpu]' on a machine without "
+            "CUDA, or 'livekit-plugins-veena[cuda]' with CUDA (missing: " + ", ".join(missing)
+            + "); or speak through a server with veena.TTS(base_url=...)")
+
+
+def _decode_shape_from_env(prefix: str, d: DecodeShape) -> DecodeShape:
+    """A family's windows from ``PREFIX_FIRST/_NEW/_LEFT/_RIGHT/_MAX`` (and the pacing
+    settings every family shares)."""
+    window = WindowOptions(
+        first=env_int(f"{prefix}_FIRST", d.window.first),
+        new=env_int(f"{prefix}_NEW", d.window.new),
+        left=env_int(f"{prefix}_LEFT", d.window.left),
+        right=env_int(f"{prefix}_RIGHT", d.window.right),
+    ).validate()
+    pacing = PacingOptions(
+        max_new=env_int(f"{prefix}_MAX", d.pacing.max_new),
+        rebuffer_ms=env_float("VEENA_REBUFFER_MS", d.pacing.rebuffer_ms),
+        margin=env_float("VEENA_WINDOW_MARGIN", d.pacing.margin),
+        pull_tick_ms=env_float("VEENA_PULL_TICK_MS", d.pacing.pull_tick_ms),
+    ).validate()
+    return DecodeShape(window, pacing)
+
+
+def _non_negative(name: str, value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
+    return value
+
+
+def pipeline_options_from_env() -> PipelineOptions:
+    """Every decode-side tunable from its ``VEENA_*`` variable (ValueError naming a bad one),
+    each built-in family's windows included, so a bad value is reported before any model
+    loads."""
+    d = PipelineOptions()
+    return PipelineOptions(
+        decode={family.codec: _decode_shape_from_env(family.decode_env, family.decode_defaults)
+                for family in (SnacFamily, BiCodecFamily)},
+        adaptive_windows=env_bool("VEENA_ADAPTIVE_WINDOWS", d.adaptive_windows),
+        crossfade_ms=env_float("VEENA_CROSSFADE_MS", d.crossfade_ms),
+        scheduler=SchedulerOptions(
+            max_batch=env_int("VEENA_DECODE_MAX_BATCH", d.scheduler.max_batch),
+            max_wait_ms=env_float("VEENA_DECODE_MAX_WAIT_MS", d.scheduler.max_wait_ms),
+            adaptive_batch=env_bool("VEENA_DECODE_ADAPTIVE_BATCH", d.scheduler.adaptive_batch),
+        ),
+        codec_device=env_str("VEENA_CODEC_DEVICE", d.codec_device),
+        codec_cuda_graphs=env_bool("VEENA_CODEC_CUDA_GRAPHS", d.codec_cuda_graphs),
+        snac_streaming=env_bool_or_auto("VEENA_SNAC_STREAMING", d.snac_streaming),
+        torch_threads=env_int("VEENA_TORCH_THREADS", d.torch_threads),
+        max_audio_s_per_char=env_float("VEENA_MAX_AUDIO_S_PER_CHAR", d.max_audio_s_per_char),
+        freeze_gc_heap=env_bool("VEENA_FREEZE_GC_HEAP", d.freeze_gc_heap),
+        queued_output_steps=check_int(
+            "VEENA_QUEUED_OUTPUT_STEPS",
+            env_int("VEENA_QUEUED_OUTPUT_STEPS", d.queued_output_steps), 0,
+            MAX_QUEUED_OUTPUT_STEPS),
+        gc_full_interval_s=_non_negative(
+            "VEENA_GC_FULL_INTERVAL_S",
+            env_float("VEENA_GC_FULL_INTERVAL_S", d.gc_full_interval_s)),
+    )
+
+
+def engine_options_of(model: str, profile: str | ModelProfile | None = None) -> EngineOptions:
+    """What ``load_pipeline`` starts vLLM with for ``model`` (a shared engine core,
+    ``server/shared_engine``, must be started with the same)."""
+    prof = resolve_profile(model, profile)
+    return EngineOptions.from_env(llm_location(local_checkpoint(model, prof), prof))
+
+
+def codec_location(model: str, profile: ModelProfile, codec_model: str | None = None) -> str:
+    """Where a model's codec is: the one given, else ``VEENA_CODEC_MODEL``, else the folder its
+    manifest names, else the profile's codec folder inside a local model (a Spark-TTS
+    checkpoint carries ``BiCodec/``), else the profile's codec (a hub id)."""
+    codec_model = codec_model or env_str("VEENA_CODEC_MODEL", "") or None
+    if codec_model:
+        return codec_model
+    manifest = read_manifest(model)
+    if manifest.get("codec_model"):
+        return str(Path(model) / manifest["codec_model"])
+    inside = Path(model) / profile.codec_model
+    return str(inside) if inside.is_dir() else profile.codec_model
+
+
+def load_pipeline(model: str, *, profile: str | ModelProfile | None = None,
+                  codec_model: str | None = None, engine_options: EngineOptions | None = None,
+                  options: PipelineOptions | None = None,
+                  engine_core: dict | None = None) -> Pipeline:
+    """Build from a model path or hub id; a ``veena_tts.json`` beside it names the profile.
+    ``engine_core``: attach to that shared engine core (``VllmEngine``'s ``core``)."""
+    require_local_engine()
+    options = options or pipeline_options_from_env()
+    prof = resolve_profile(model, profile)
+    model = local_checkpoint(model, prof)  # a Spark-TTS hub id: its snapshot
+    manifest = read_manifest(model)
+    codec_model = codec_location(model, prof, codec_model)
+    if manifest.get("random_weights"):
+        logger.warning("this model has random weights: it produces noise, not speech",
+                       extra={"model": model})
+    if options.torch_threads > 0:
+        import torch
+
+        torch.set_num_threads(options.torch_threads)
+    with single_threaded_torch(options.codec_device):
+        codec = family_for(prof).load_codec(codec_model, options.codec_device,
+                                            cuda_graphs=options.codec_cuda_graphs,
+                                            streaming=options.streams_snac())
+    engine = VllmEngine(engine_options or EngineOptions.from_env(llm_location(model, prof)),
+                        core=engine_core)
+    pipeline = Pipeline(engine, codec, prof, options)
+    pipeline.codec_model = codec_model
+    return pipeline
+
+
+_ENCODERS: "weakref.WeakKeyDictionary[Pipeline, Any]" = weakref.WeakKeyDictionary()
+_ENCODERS_LOCK = threading.Lock()
+
+
+def speaker_encoder(pipeline: Pipeline) -> Any:
+    """The family's speaker encoder from ``pipeline``'s codec checkpoint (voice cloning),
+    loaded once per pipeline on first use; ValueError where the family or the pipeline has
+    none. Blocking: call it off the event loop."""
+    with _ENCODERS_LOCK:
+        encoder = _ENCODERS.get(pipeline)
+        if encoder is None:
+            if pipeline.codec_model is None:
+                raise ValueError("this pipeline was built without a codec checkpoint path, "
+                                 "so it has no speaker encoder (build it with load_pipeline)")
+            encoder = pipeline.family.load_speaker_encoder(pipeline.codec_model,
+                                                           pipeline.options.codec_device)
+            _ENCODERS[pipeline] = encoder
+        return encoder
