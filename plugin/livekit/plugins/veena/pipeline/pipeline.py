@@ -80,8 +80,6 @@ class Pipeline:
         self.pacing = shape.pacing
         self.alarm = (SharedAlarm(self.pacing.pull_tick_ms / 1000.0)
                       if options.adaptive_windows and self.pacing.pull_tick_ms > 0 else None)
-        self.sampling = SamplingPolicy(profile, self.family, options,
-                                       engine.options.max_model_len)
         self._table: TokenTable | None = None
         self.codec_model: str | None = None
         """Where the codec was loaded from (``models.loading``): its speaker encoder lives
@@ -89,6 +87,12 @@ class Pipeline:
         self._ready = False
         self._warm: asyncio.Future | None = None
         self._graphs: asyncio.Future | None = None
+
+    @property
+    def sampling(self) -> SamplingPolicy:
+        """How this pipeline's requests sample (read from its options as they are now)."""
+        return SamplingPolicy(self.profile, self.family, self.options,
+                              self.engine.options.max_model_len)
 
     @property
     def sample_rate(self) -> int:
