@@ -21,6 +21,22 @@ from .servers import API_KEY, serve
 
 logging.getLogger("vllm").setLevel(logging.WARNING)
 
+SESSION_ENGINES = {"pipeline", "spark_pipeline", "maya1_pipeline", "server_url"}
+"""The session fixtures that start a vLLM engine."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test on a session engine is an ``engine`` test, and every ``engine`` test is
+    ``slow`` (the fast lane, ``-m "not slow"``, skips both). Under xdist the session-engine
+    tests share one worker, so each session engine starts once per run, not once per
+    worker (three tiny engines, not six: the memory stays within the machine's)."""
+    for item in items:
+        if SESSION_ENGINES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.engine)
+            item.add_marker(pytest.mark.xdist_group("session-engines"))
+        if item.get_closest_marker("engine") is not None:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(autouse=True)
 def _restore_registries():

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each runs a benchmark script in its own process
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -92,6 +92,7 @@ def test_speaker_globals_change_the_voice(bicodec):
     assert np.abs(a - b).max() > 1e-4
 
 
+@pytest.mark.slow  # a full-size BiCodec decode, many times
 def test_windowed_matches_one_pass(bicodec):
     sem, glob = _tokens(150, 4)
     (one,) = bicodec.decode([CodecInput(sem, 0, 0, glob)])
@@ -109,6 +110,7 @@ def test_windowed_matches_one_pass(bicodec):
     assert np.abs(alone - both).max() < 1e-5
 
 
+@pytest.mark.slow  # a full-size BiCodec decode, many times
 def test_every_listener_paced_size_matches_one_pass(bicodec):
     """Each window size the listener-paced planner can choose (10 .. 160 new tokens)."""
     opts = WindowOptions(first=10, new=50, left=40, right=20)

@@ -6,6 +6,7 @@ is left on the server. Fake engine (no vLLM): bounded time in CI."""
 
 import asyncio
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -82,6 +83,7 @@ async def _run(server, script, ending: str) -> None:
     assert not [e for e in reader.events if e["type"] == "error" and e.get("context_id") is None]
 
 
+@pytest.mark.slow  # hundreds of scripted contexts against a server
 @given(script=_script, ending=st.sampled_from(["cancel all", "close"]))
 @PROPERTY
 async def test_every_started_context_ends_exactly_once(script, ending):

@@ -18,6 +18,8 @@ import pytest
 
 from ..servers import free_port, poll_until
 
+pytestmark = pytest.mark.slow  # launches veena-tts serve processes
+
 HANG_GUARD_POLLS = 2400  # 20 min of 0.5 s polls: only against a hang (two engine starts)
 TEST_HANG_GUARD_S = 2700  # the whole test, past pytest's 900 s per test: two engine starts
 STREAMS = 16
