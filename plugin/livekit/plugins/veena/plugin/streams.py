@@ -22,10 +22,16 @@ def _say_nothing(emitter: tts.AudioEmitter, sample_rate: int) -> None:
     emitter.push(bytes(2 * (sample_rate // 100)))
 
 
-class _StreamVoiceView:
-    """What a stream spoke with, read from its voice (``tts.stream().speaker_globals``)."""
+class _SpokenStream:
+    """What both streams hold: the TTS's speaker, the options and the voice the stream was
+    made with; and what it spoke with (``tts.stream().speaker_globals``)."""
 
+    _speaker: Speaker
+    _opts: TTSOptions
     _voice: StreamVoice
+
+    def _hold(self, speaker: Speaker, options: TTSOptions, voice: StreamVoice) -> None:
+        self._speaker, self._opts, self._voice = speaker, options, voice
 
     @property
     def speaker_globals(self) -> tuple[int, ...] | None:
@@ -38,15 +44,13 @@ class _StreamVoiceView:
         return self._voice.seed
 
 
-class ChunkedStream(_StreamVoiceView, tts.ChunkedStream):
+class ChunkedStream(_SpokenStream, tts.ChunkedStream):
     """``synthesize(text)``: the same chunked, pipelined turn over a complete text."""
 
     def __init__(self, *, tts: tts.TTS, speaker: Speaker, options: TTSOptions,
                  voice: StreamVoice, input_text: str, conn_options: APIConnectOptions) -> None:
         super().__init__(tts=tts, input_text=input_text, conn_options=conn_options)
-        self._speaker = speaker
-        self._opts = options
-        self._voice = voice
+        self._hold(speaker, options, voice)
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         request_id = utils.shortuuid()
@@ -68,15 +72,13 @@ class ChunkedStream(_StreamVoiceView, tts.ChunkedStream):
         output_emitter.flush()
 
 
-class SynthesizeStream(_StreamVoiceView, tts.SynthesizeStream):
+class SynthesizeStream(_SpokenStream, tts.SynthesizeStream):
     """``stream()``: LLM deltas in, one segment of audio out, chunk by chunk."""
 
     def __init__(self, *, tts: tts.TTS, speaker: Speaker, options: TTSOptions,
                  voice: StreamVoice, conn_options: APIConnectOptions) -> None:
         super().__init__(tts=tts, conn_options=conn_options)
-        self._speaker = speaker
-        self._opts = options
-        self._voice = voice
+        self._hold(speaker, options, voice)
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         request_id = utils.shortuuid()
