@@ -332,7 +332,9 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
         async with _measured(case, llm, codec, pipeline) as measured:
             client_out = await loop.run_in_executor(None, ours.recv)
     finally:
-        client.join(30)
+        # joined off the loop: the client's sockets close after its results, and this loop
+        # must answer their close handshakes (a blocking join held each for its 10 s timeout)
+        await loop.run_in_executor(None, client.join, 30)
         await runner.cleanup()
         await pipeline.aclose()
     row = _row(case, mode, n, client_out["streams"], measured["cpu"], measured["lags"],
