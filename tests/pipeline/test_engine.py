@@ -147,3 +147,15 @@ def test_a_front_end_of_a_shared_core_fills_its_share_of_the_sequences():
             "client_count": 3, "client_index": 2}
     assert VllmEngine(options, core=core).seq_slots == 21
     assert VllmEngine(EngineOptions(model="fake", max_num_seqs=2), core=core).seq_slots == 1
+
+
+def test_the_cpu_kv_cache_size_reaches_vllm_in_fractions_of_a_gib(monkeypatch):
+    """``VEENA_CPU_KVCACHE_GIB`` takes fractions (a tiny model needs MiB, and the cache is
+    touched memory); a size out of range is refused before vLLM sees it."""
+    from livekit.plugins.veena.pipeline.engine import engine_args
+
+    monkeypatch.setenv("VEENA_CPU_KVCACHE_GIB", "0.25")
+    assert engine_args(EngineOptions.from_env("m")).kv_cache_memory_bytes == 1 << 28
+    for bad in (0.0, float("nan"), 1e9):
+        with pytest.raises(ValueError, match="cpu_kvcache_space_gib"):
+            engine_args(EngineOptions(model="m", cpu_kvcache_space_gib=bad))

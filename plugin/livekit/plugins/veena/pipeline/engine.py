@@ -17,8 +17,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import AsyncIterator, Callable, Sequence
 
-from ..validation import check_int_list
-from .engine_options import MAX_TOKEN_ID, EngineOptions, SamplingOptions
+from ..validation import check_float, check_int_list
+from .engine_options import MAX_TOKEN_ID, EngineOptions, SamplingOptions, has_cuda
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +101,9 @@ def _model_missing(error: BaseException) -> bool:
 def engine_args(opts: EngineOptions):
     """vLLM's ``AsyncEngineArgs`` for ``opts``: one place, so that a shared engine core and
     its front ends (``server/shared_engine``) build the same config."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(opts.cpu_kvcache_space_gib))
     from vllm.engine.arg_utils import AsyncEngineArgs
+
+    cpu_cache = {} if has_cuda() else {"kv_cache_memory_bytes": _kv_cache_bytes(opts)}
 
     return AsyncEngineArgs(
         model=opts.model,
@@ -116,7 +117,13 @@ def engine_args(opts: EngineOptions):
         max_num_seqs=opts.max_num_seqs,
         load_format=opts.load_format,
         disable_log_stats=True,
+        **cpu_cache,
     )
+
+
+def _kv_cache_bytes(opts: EngineOptions) -> int:
+    gib = check_float("cpu_kvcache_space_gib", opts.cpu_kvcache_space_gib, 1 / 1024, 4096)
+    return int(gib * 2**30)
 
 
 class VllmEngine:

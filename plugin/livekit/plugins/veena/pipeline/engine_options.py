@@ -36,8 +36,10 @@ class EngineOptions:
     dtype: str = "auto"
     max_model_len: int = 4096
     gpu_memory_utilization: float = 0.85
-    cpu_kvcache_space_gib: int = 1
-    """vLLM CPU only: KV-cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``)."""
+    cpu_kvcache_space_gib: float = 1.0
+    """vLLM CPU only: KV-cache size in GiB, fractions allowed (a tiny model needs a few MiB;
+    the cache is touched memory, so each engine holds all of it). ``VLLM_CPU_KVCACHE_SPACE``,
+    where set, wins, as vLLM reads it."""
     enforce_eager: bool = False
     seed: int = 0
     tensor_parallel_size: int = 1
@@ -52,7 +54,7 @@ class EngineOptions:
     def from_env(cls, model: str | None = None, **overrides) -> "EngineOptions":
         """Defaults suit the machine: without CUDA, vLLM-CPU needs a small memory share
         (it sees only part of the node) and runs eager."""
-        cpu = not _has_cuda()
+        cpu = not has_cuda()
         values = dict(
             model=model or env_str("VEENA_MODEL", ""),
             dtype=env_str("VEENA_DTYPE", cls.dtype),
@@ -60,7 +62,7 @@ class EngineOptions:
             gpu_memory_utilization=env_float(
                 "VEENA_GPU_MEMORY_UTILIZATION", 0.3 if cpu else cls.gpu_memory_utilization
             ),
-            cpu_kvcache_space_gib=env_int("VEENA_CPU_KVCACHE_GIB", cls.cpu_kvcache_space_gib),
+            cpu_kvcache_space_gib=env_float("VEENA_CPU_KVCACHE_GIB", cls.cpu_kvcache_space_gib),
             enforce_eager=env_bool("VEENA_ENFORCE_EAGER", cpu or cls.enforce_eager),
             seed=env_int("VEENA_ENGINE_SEED", cls.seed),
             tensor_parallel_size=env_int("VEENA_TENSOR_PARALLEL_SIZE", cls.tensor_parallel_size),
@@ -166,7 +168,7 @@ class SamplingOptions:
         )
 
 
-def _has_cuda() -> bool:
+def has_cuda() -> bool:
     try:
         import torch
 
