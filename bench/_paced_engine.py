@@ -13,6 +13,7 @@ from typing import AsyncIterator, Sequence
 import numpy as np
 
 from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.adapters import AdapterSet
 from livekit.plugins.veena.pipeline.engine import (
     EngineHealth,
     EngineOptions,
@@ -33,6 +34,7 @@ class PacedEngine:
     def __post_init__(self) -> None:
         self.options = EngineOptions(model="paced", max_model_len=1 << 20)
         self.tokenizer = _Tokenizer()
+        self.adapters = AdapterSet()  # none: the paced engine applies no LoRA
         self.last_output = time.monotonic()
         self.started = True
         self.health = EngineHealth("ready")

@@ -22,6 +22,7 @@ from livekit.plugins.veena.pipeline.engine import (
     EngineOptions,
     SamplingOptions,
 )
+from livekit.plugins.veena.pipeline.adapters import AdapterSet
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
 
@@ -39,6 +40,7 @@ class FakeEngine:
         self.options = EngineOptions(model=model, max_model_len=1 << 20,
                                      max_num_seqs=max_num_seqs)
         self.tokenizer = _Tokenizer()
+        self.adapters = AdapterSet()  # none: a fake applies no LoRA
         self.last_output = time.monotonic()
         self.started = True
         self.health = EngineHealth("ready")

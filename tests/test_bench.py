@@ -195,3 +195,15 @@ def test_engine_sharing_bench():
         assert r["tokens_per_s"] > 0 and r["rate_x_realtime_p5"] > 0
         assert 0 < r["first_token_p50_ms"] <= r["first_token_p95_ms"]
         assert r["frontend_cpu_us_per_token"] > 0
+
+
+@pytest.mark.engine  # starts two vLLM engines of its own
+def test_lora_bench_compares_a_mixed_batch_with_the_base_alone():
+    _run(sys.executable, "bench/lora.py", "--streams", "3", "--tokens", "14", "--adapters", "2",
+         "--rank", "8", "--repeat", "1", timeout=600)
+    rows = _rows("lora")
+    assert [(r["batch"], r["adapters"]) for r in rows] == [
+        ("base, LoRA off", 0), ("base, LoRA on", 0), ("mixed", 2)]
+    for r in rows:  # every request got all its tokens (no claim on speed)
+        assert r["tokens"] == 3 * 14 and r["tokens_per_s"] > 0 and r["cpu_us_per_token"] > 0
+    assert rows[0]["throughput_vs_lora_off"] == 1.0

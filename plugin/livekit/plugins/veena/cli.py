@@ -62,6 +62,7 @@ def _resolve_model(model: str | None, profile: str | None = None) -> str:
 
 async def _say(args: argparse.Namespace) -> int:
     from .models import loading
+    from .models.adapters import lora_from_env, parse_lora_specs
     from .models.profiles import resolve_profile
     from .pipeline.stitching import to_int16
     from .pipeline.tags import strip_unknown_tags
@@ -69,14 +70,14 @@ async def _say(args: argparse.Namespace) -> int:
 
     model = _resolve_model(args.model, args.profile)
     profile = resolve_profile(model, args.profile)
-    try:  # a saved voice is read and checked before any engine work
+    try:  # a saved voice and the adapters are read and checked before any engine work
+        lora = {**lora_from_env(), **parse_lora_specs(args.lora)}
         voice = resolve_voice(profile, profile.default_voice if args.voice is None else args.voice,
-                              seed=args.seed,
-                              lookup=voice_file_at(profile))
-    except ValueError as e:  # a clear line, no traceback (VoiceFileError too)
+                              seed=args.seed, lookup=voice_file_at(profile), adapters=lora)
+        pipeline = loading.load_pipeline(model, profile=profile, lora=lora)
+    except ValueError as e:  # a clear line, no traceback (VoiceFileError, AdapterError too)
         logger.error("%s", e)
         return 2
-    pipeline = loading.load_pipeline(model, profile=profile)
     try:
         await pipeline.start()
         sampling = pipeline.sampling.defaults()
@@ -89,7 +90,7 @@ async def _say(args: argparse.Namespace) -> int:
             logger.warning("removed tags the model does not perform",
                            extra={"removed_tags": removed, "profile": profile.name})
         syn = pipeline.synthesize(text, voice=voice.voice, sampling=sampling, seed=voice.seed,
-                                  speaker_globals=voice.speaker_globals)
+                                  speaker_globals=voice.speaker_globals, adapter=voice.adapter)
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         progress = _Progress(syn.request_id)
@@ -183,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="veena, orpheus, maya1, veena3 or spark")
     say.add_argument("--seed", type=int, default=None)
     say.add_argument("--max-tokens", type=int, default=None)
+    say.add_argument("--lora", action="append", default=[], metavar="NAME=PATH_OR_ID",
+                     help="serve a LoRA adapter as voice NAME (repeatable; VEENA_LORA too)")
 
     voice = sub.add_parser("voice", help="saved voices: capture or clone (BiCodec), "
                                          "design (SNAC)")
@@ -235,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--model", default=None)
     serve.add_argument("--profile", default=None)
     serve.add_argument("--host", default=os.environ.get("VEENA_HOST", "127.0.0.1"))
+    serve.add_argument("--lora", action="append", default=[], metavar="NAME=PATH_OR_ID",
+                       help="serve a LoRA adapter as voice NAME (repeatable; adds to VEENA_LORA)")
     serve.add_argument("--port", type=int, default=None, help="default VEENA_PORT, 8700")
     serve.add_argument("--workers", type=int, default=None,
                        help="server processes sharing the port, each with its own engine on "
@@ -285,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                     extra={"dir": str(path)})
         return 0
     if args.command == "serve":
+        from .models.adapters import lora_from_env, parse_lora_specs
         from .models.loading import pipeline_options_from_env
         from .server.app import ServerOptions, run_server
         from .server.workers import run_workers
@@ -296,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
             # every setting read now, before minutes of model loading (or in each worker)
             ServerOptions.from_env()
             pipeline_options_from_env()
+            if args.lora:  # every worker's pipeline serves them, as VEENA_LORA's
+                lora = {**lora_from_env(), **parse_lora_specs(args.lora)}
+                os.environ["VEENA_LORA"] = " ".join(f"{n}={p}" for n, p in lora.items())
             port = check_int("port", args.port if args.port is not None
                              else env_int("VEENA_PORT", 8700), 0, 65535)
             workers = args.workers if args.workers is not None else env_int(

@@ -13,7 +13,7 @@ import math
 import threading
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..codecs.torch_threads import single_threaded_torch
 from ..pipeline.engine import EngineOptions, VllmEngine
@@ -25,6 +25,8 @@ from ..pipeline.scheduler import SchedulerOptions
 from ..pipeline.windowing import WindowOptions
 from ..settings import env_bool, env_bool_or_auto, env_float, env_int, env_str
 from ..validation import check_int
+from .adapters import (AdapterError, adapter_folder, check_name, lora_from_env,
+                       register_adapter)
 from .download import llm_location, local_checkpoint
 from .families import BiCodecFamily, SnacFamily
 from .profiles import ModelProfile, read_manifest, resolve_profile
@@ -129,9 +131,12 @@ def codec_location(model: str, profile: ModelProfile, codec_model: str | None = 
 def load_pipeline(model: str, *, profile: str | ModelProfile | None = None,
                   codec_model: str | None = None, engine_options: EngineOptions | None = None,
                   options: PipelineOptions | None = None,
-                  engine_core: dict | None = None) -> Pipeline:
+                  engine_core: dict | None = None,
+                  lora: Mapping[str, str] | None = None) -> Pipeline:
     """Build from a model path or hub id; a ``veena_tts.json`` beside it names the profile.
-    ``engine_core``: attach to that shared engine core (``VllmEngine``'s ``core``)."""
+    ``engine_core``: attach to that shared engine core (``VllmEngine``'s ``core``).
+    ``lora``: LoRA adapters to serve, {name: folder or hub id}, beside ``VEENA_LORA``'s;
+    each is checked against the model before the engine starts (``AdapterError``)."""
     require_local_engine()
     options = options or pipeline_options_from_env()
     prof = resolve_profile(model, profile)
@@ -153,7 +158,25 @@ def load_pipeline(model: str, *, profile: str | ModelProfile | None = None,
                         core=engine_core)
     pipeline = Pipeline(engine, codec, prof, options)
     pipeline.codec_model = codec_model
+    serve_adapters(pipeline, {**lora_from_env(), **(lora or {})})
     return pipeline
+
+
+def serve_adapters(pipeline: Pipeline, lora: Mapping[str, str]) -> None:
+    """Register each adapter of ``lora`` with the pipeline's engine, checked against its
+    model; one already served under the same name from the same folder is kept (several
+    ``veena.TTS`` of one process share a pipeline). Blocking: it reads the weights."""
+    engine = pipeline.engine
+    for name, location in lora.items():
+        served = engine.adapters.get(check_name(name))
+        if served is not None:
+            if Path(served.path) != adapter_folder(location).resolve():
+                raise AdapterError(f"adapter {name!r} is already served from {served.path}")
+            continue
+        if name in pipeline.profile.voices:
+            raise AdapterError(f"adapter name {name!r} is already a voice of profile "
+                               f"{pipeline.profile.name!r}")
+        register_adapter(engine, name, location, engine.options.model)
 
 
 _ENCODERS: "weakref.WeakKeyDictionary[Pipeline, Any]" = weakref.WeakKeyDictionary()

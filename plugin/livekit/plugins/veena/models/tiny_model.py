@@ -315,3 +315,38 @@ def make_tiny_model(out_dir: str | Path, profile: str | ModelProfile = "veena", 
     manifest = {"profile": prof.name, "codec_model": codec_dir, "random_weights": True}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return out
+
+
+def make_random_adapter(out_dir: str | Path, base_model: str | Path, *, rank: int = 8,
+                        alpha: float = 16.0, targets: tuple[str, ...] | None = None,
+                        seed: int = 0, zero: bool = False) -> Path:
+    """A seeded random LoRA adapter for ``base_model`` in PEFT's layout (tests, benchmarks):
+    ``lora_A`` and ``lora_B`` on ``targets`` (default: every projection) of every layer.
+    ``zero``: B is all zeros, so the adapter adds nothing (same shapes, same code path)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from .adapters import ATTENTION, CONFIG_FILE, TARGET_MODULES, WEIGHTS_FILE, base_shapes
+
+    targets = tuple(targets or TARGET_MODULES)
+    layers, shapes = base_shapes(str(base_model))
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for layer in range(layers):
+        for module in targets:
+            fan_in, fan_out = shapes[module]
+            parent = "self_attn" if module in ATTENTION else "mlp"
+            key = f"base_model.model.model.layers.{layer}.{parent}.{module}"
+            tensors[f"{key}.lora_A.weight"] = torch.randn(rank, fan_in, generator=gen) / fan_in**0.5
+            b = torch.randn(fan_out, rank, generator=gen) * 0.02
+            tensors[f"{key}.lora_B.weight"] = torch.zeros_like(b) if zero else b
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / WEIGHTS_FILE))
+    (out / CONFIG_FILE).write_text(json.dumps({
+        "peft_type": "LORA", "r": rank, "lora_alpha": alpha, "target_modules": list(targets),
+        "lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": str(base_model)}, indent=2))
+    return out

@@ -14,10 +14,11 @@ import multiprocessing
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import AsyncIterator, Callable, Sequence
 
-from ..validation import check_float, check_int_list
+from ..validation import check_float, check_int, check_int_list, is_int
+from .adapters import VLLM_LORA_RANKS, Adapter, AdapterSet, lora_rank_for
 from .engine_options import MAX_TOKEN_ID, EngineOptions, SamplingOptions, has_cuda
 
 logger = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ def engine_args(opts: EngineOptions):
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     cpu_cache = {} if has_cuda() else {"kv_cache_memory_bytes": _kv_cache_bytes(opts)}
+    lora = _lora_args(opts)
 
     return AsyncEngineArgs(
         model=opts.model,
@@ -118,7 +120,34 @@ def engine_args(opts: EngineOptions):
         load_format=opts.load_format,
         disable_log_stats=True,
         **cpu_cache,
+        **lora,
     )
+
+
+def with_adapters(opts: EngineOptions, adapters: AdapterSet) -> EngineOptions:
+    """``opts`` with LoRA settled for the adapters registered so far: on where any is
+    (unless set off), and a ``max_lora_rank`` that holds the largest, at least 16 (room for
+    the usual ranks of adapters registered once the engine runs)."""
+    enable = opts.enable_lora if opts.enable_lora is not None else len(adapters) > 0
+    rank = opts.max_lora_rank
+    if enable and rank is None:
+        rank = max(16, lora_rank_for(adapters.max_rank)) if len(adapters) else 16
+    return replace(opts, enable_lora=enable, max_lora_rank=rank)
+
+
+def _lora_args(opts: EngineOptions) -> dict:
+    if not opts.enable_lora:
+        return {"enable_lora": False}
+    max_loras = check_int("max_loras", opts.max_loras, 1, 256)
+    rank = opts.max_lora_rank if opts.max_lora_rank is not None else 16
+    if not is_int(rank) or rank not in VLLM_LORA_RANKS:
+        raise ValueError(f"max_lora_rank must be one of {', '.join(map(str, VLLM_LORA_RANKS))}, "
+                         f"got {rank!r}")
+    cpu = opts.max_cpu_loras
+    if cpu is not None:
+        cpu = check_int("max_cpu_loras", cpu, max_loras, 4096)
+    return {"enable_lora": True, "max_loras": max_loras, "max_lora_rank": rank,
+            "max_cpu_loras": cpu}
 
 
 def _kv_cache_bytes(opts: EngineOptions) -> int:
@@ -158,6 +187,8 @@ class VllmEngine:
         self._live: dict[str, _LiveRequest] = {}
         self.last_output = time.monotonic()
         """When any request last received tokens: proof that the engine makes progress."""
+        self.adapters = AdapterSet()
+        """The LoRA adapters this engine serves (``add_adapter``)."""
 
     @property
     def started(self) -> bool:
@@ -210,6 +241,7 @@ class VllmEngine:
             return
         if self._start_task is None or self._start_task.done():
             self._start_error = None
+            self.options = with_adapters(self.options, self.adapters)
             self._start_task = asyncio.get_running_loop().create_task(
                 self._start(), name="veena-engine-start")
         try:
@@ -288,6 +320,28 @@ class VllmEngine:
             except Exception:
                 logger.exception("engine-dead listener failed")
 
+    def add_adapter(self, name: str, path: str, rank: int, alpha: float) -> Adapter:
+        """Serve a checked adapter (``models.adapters.check_adapter``) under ``name``. Before
+        the start, any rank fits (the start sizes LoRA for it); after, the engine must have
+        started with LoRA on and a ``max_lora_rank`` that holds it (ValueError)."""
+        if self._start_task is not None:
+            if not self.options.enable_lora:
+                raise ValueError("this engine started without LoRA: set VEENA_ENABLE_LORA=1 "
+                                 "(or register an adapter before it starts)")
+            if rank > (self.options.max_lora_rank or 0):
+                raise ValueError(f"adapter rank {rank} is above this engine's max_lora_rank "
+                                 f"{self.options.max_lora_rank} (VEENA_MAX_LORA_RANK)")
+        adapter = self.adapters.add(name, path, rank, alpha)
+        logger.info("adapter registered", extra={"adapter": name, "lora_int_id": adapter.int_id,
+                                                 "rank": rank, "path": path})
+        return adapter
+
+    def remove_adapter(self, name: str) -> Adapter:
+        """Stop serving ``name`` (KeyError if unknown); running requests finish with it."""
+        adapter = self.adapters.remove(name)
+        logger.info("adapter removed", extra={"adapter": name, "lora_int_id": adapter.int_id})
+        return adapter
+
     def new_request_id(self, prefix: str = "tts") -> str:
         return f"{prefix}-{uuid.uuid4().hex[:12]}-{next(self._ids)}"
 
@@ -307,6 +361,7 @@ class VllmEngine:
         prompt_token_ids: Sequence[int],
         sampling: SamplingOptions,
         request_id: str | None = None,
+        adapter: Adapter | None = None,
     ) -> AsyncIterator[list[int]]:
         """Yield each batch of NEW token ids; exiting early aborts the vLLM request.
 
@@ -320,13 +375,16 @@ class VllmEngine:
             "prompt_token_ids", prompt_token_ids, 0, MAX_TOKEN_ID))}
         if not prompt["prompt_token_ids"]:
             raise ValueError("prompt_token_ids is empty")
+        if adapter is not None and self.adapters.get(adapter.name) != adapter:
+            raise ValueError(f"adapter {adapter.name!r} is not registered with this engine")
         await self.start()
+        lora = {} if adapter is None else {"lora_request": adapter.lora_request()}
         assert self._llm is not None
         request_id = request_id or self.new_request_id()
         live = _LiveRequest(asyncio.current_task())
         self._live[request_id] = live
         finished = False
-        outputs = self._llm.generate(prompt, params, request_id)
+        outputs = self._llm.generate(prompt, params, request_id, **lora)
         try:
             live.waiting = True
             async for out in outputs:

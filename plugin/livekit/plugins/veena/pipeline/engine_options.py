@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..settings import env_bool, env_float, env_int, env_str
+from ..settings import env_bool, env_bool_or_auto, env_float, env_int, env_str
 from ..validation import check_float, check_int, check_int_list, is_int
 
 _MAX_TOKENS = 1 << 20
@@ -46,6 +46,19 @@ class EngineOptions:
     max_num_seqs: int = 64
     load_format: str = "auto"
     """"dummy" gives random weights without reading any (benchmarks at real model size)."""
+    enable_lora: bool | None = None
+    """Serve LoRA adapters (``VEENA_ENABLE_LORA``); None: on when adapters are registered
+    before the engine starts. Off, an engine pays nothing for LoRA; on, every adapter
+    registered later must fit ``max_lora_rank``."""
+    max_loras: int = 4
+    """Adapters one engine step batches at once (vLLM's ``max_loras``): requests of a
+    fifth adapter wait for a slot. Each slot holds ``max_lora_rank`` weights on the GPU."""
+    max_lora_rank: int | None = None
+    """The largest rank served (vLLM's ``max_lora_rank``, one of 1, 8, 16, 32, 64, 128,
+    256, 320, 512); None: the registered adapters' largest, rounded up, and at least 16."""
+    max_cpu_loras: int | None = None
+    """Adapters kept loaded in host memory (vLLM's LRU cache); one past it is evicted and
+    read from disk again when next used. None: vLLM's default (``max_loras``)."""
     startup_timeout_s: float = 600.0
     """How long a request waits for the engine to finish starting before it fails with a
     clear ``starting`` error (the start itself goes on)."""
@@ -69,6 +82,10 @@ class EngineOptions:
             max_num_seqs=env_int("VEENA_MAX_NUM_SEQS", cls.max_num_seqs),
             load_format=env_str("VEENA_LOAD_FORMAT", cls.load_format),
             startup_timeout_s=env_float("VEENA_STARTUP_TIMEOUT_S", cls.startup_timeout_s),
+            enable_lora=env_bool_or_auto("VEENA_ENABLE_LORA", cls.enable_lora),
+            max_loras=env_int("VEENA_MAX_LORAS", cls.max_loras),
+            max_lora_rank=env_int("VEENA_MAX_LORA_RANK", cls.max_lora_rank),
+            max_cpu_loras=env_int("VEENA_MAX_CPU_LORAS", cls.max_cpu_loras),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

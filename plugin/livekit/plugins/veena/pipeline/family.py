@@ -108,7 +108,9 @@ class ModelFamily:
         raise NotImplementedError
 
     def prompt(self, tokenizer: Any, text: str, voice: str,
-               speaker_globals: tuple[int, ...] | None) -> list[int]:
+               speaker_globals: tuple[int, ...] | None, speakers: Sequence[str] = ()
+               ) -> list[int]:
+        """``speakers``: speaker names the request's LoRA adapter adds to the profile's."""
         raise NotImplementedError
 
     # -- defaults a family may refine ------------------------------------------------------
@@ -141,14 +143,22 @@ class ModelFamily:
         """Tokens the model generates per codec step (one semantic token, by default)."""
         return 1
 
-    def check_voice(self, voice: Any, speaker_globals: Sequence[int] | None
-                    ) -> tuple[str, tuple[int, ...] | None]:
+    def check_voice(self, voice: Any, speaker_globals: Sequence[int] | None,
+                    speakers: Sequence[str] = ()) -> tuple[str, tuple[int, ...] | None]:
         """A voice and speaker globals a request may use, checked together (ValueError):
-        the profile's voice rule, the family's globals, and a clone's need for its globals."""
-        checked = self.profile.check_voice(voice)
+        the profile's voice rule, the family's globals, and a clone's need for its globals.
+        ``speakers``: names a LoRA adapter adds (``adapter_voice``)."""
+        checked = self.profile.check_voice(voice, speakers)
         globals_ = None if speaker_globals is None else self.check_globals(speaker_globals)
         check_cloned_voice(checked, globals_)
         return checked, globals_
+
+    def adapter_voice(self, adapter: str) -> str:
+        """The voice a request speaks when its voice names LoRA adapter ``adapter``: the
+        profile's default here (a description, globals or a controllable voice come from a
+        voice file that names the adapter); families whose prompt names a speaker use the
+        adapter's own name, as its fine-tune learnt it."""
+        return self.profile.default_voice
 
     def check_globals(self, global_ids: Sequence[int]) -> tuple[int, ...]:
         """Speaker tokens a continuation may reuse (InvalidGlobalsError otherwise)."""

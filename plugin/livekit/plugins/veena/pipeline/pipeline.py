@@ -170,17 +170,26 @@ class Pipeline:
     def synthesize(self, text: str, *, voice: str | None = None,
                    sampling: SamplingOptions | None = None, seed: int | None = None,
                    request_id: str | None = None,
-                   speaker_globals: Sequence[int] | None = None) -> Synthesis:
+                   speaker_globals: Sequence[int] | None = None,
+                   adapter: str | None = None) -> Synthesis:
         """Validate everything, then return the (lazy) audio stream of ``text``.
 
         ``speaker_globals`` (families with speaker tokens: BiCodec) makes this a
         continuation: the prompt pre-fills those 32 globals and the model generates semantic
-        tokens only.
+        tokens only. ``adapter``: the name of a LoRA adapter the engine serves, applied to
+        every engine request of this synthesis (its name is then a speaker name too).
         """
         if not text or not text.strip():
             raise EmptyTextError("text to synthesize is empty")
+        lora = None
+        if adapter is not None:
+            lora = self.engine.adapters.get(adapter)
+            if lora is None:
+                raise ValueError(f"unknown adapter {adapter!r}; registered: "
+                                 f"{', '.join(self.engine.adapters.names) or 'none'}")
         voice, globals_ = self.family.check_voice(
-            self.profile.default_voice if voice is None else voice, speaker_globals)
+            self.profile.default_voice if voice is None else voice, speaker_globals,
+            (adapter,) if lora is not None else ())
         sampling = (sampling or self.sampling.defaults()).validate()
         if seed is None:
             seed = sampling.seed if sampling.seed is not None else draw_seed()
@@ -191,7 +200,7 @@ class Pipeline:
             text, ChunkerOptions(first_min_chars=min(12, limit), first_max_chars=limit,
                                  min_chars=min(40, limit), max_chars=limit))
         rid = request_id or self.engine.new_request_id()
-        return Synthesis(self, pieces, voice, sampling, seed, rid, globals_)
+        return Synthesis(self, pieces, voice, sampling, seed, rid, globals_, lora)
 
     async def aclose(self) -> None:
         await self.scheduler.aclose()

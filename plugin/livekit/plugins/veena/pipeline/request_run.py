@@ -324,14 +324,16 @@ class RequestRun:
         try:
             capture = (p.family.capture_sampling(syn.sampling, p.table)
                        if syn.speaker_globals is None else None)
+            speakers = (syn.adapter.name,) if syn.adapter is not None else ()
             if capture is not None:  # capture the speaker tokens, then continue with them
-                prompt = p.family.prompt(p.engine.tokenizer, self._text, syn.voice, None)
+                prompt = p.family.prompt(p.engine.tokenizer, self._text, syn.voice, None,
+                                         speakers)
                 await self._generate(prompt, capture, f"{self.request_id}.globals")
                 if syn.speaker_globals is None:
                     raise EngineError(f"request {self.request_id} produced no complete set of "
                                       "speaker tokens")
             prompt = p.family.prompt(p.engine.tokenizer, self._text, syn.voice,
-                                     syn.speaker_globals)
+                                     syn.speaker_globals, speakers)
             await self._generate(prompt, p.sampling.main(syn.sampling, self._text, len(prompt), p.table),
                                  self.request_id)
             self._no_more_steps()
@@ -350,7 +352,8 @@ class RequestRun:
         track, stats = self.track, self.track.stats
         planner, alarm, woke = self.planner, self._p.alarm, False
         capturing = syn.speaker_globals is None and self._p.family.has_speaker_globals
-        gen = self._p.engine.generate(prompt, sampling, request_id)
+        lora = {} if syn.adapter is None else {"adapter": syn.adapter}
+        gen = self._p.engine.generate(prompt, sampling, request_id, **lora)
         async with contextlib.aclosing(gen):
             async for ids in gen:  # once per token per request: keep this loop lean
                 self.awaiting_tokens = False

@@ -19,6 +19,7 @@ from typing import AsyncIterator, Callable
 
 import numpy as np
 
+from .adapters import Adapter
 from .engine_options import SamplingOptions
 from .gc_heap import full_collections
 from .request_run import RequestRun, RunHost
@@ -51,7 +52,8 @@ class Synthesis:
 
     def __init__(self, pipeline: RunHost, pieces: list[str], voice: str,
                  sampling: SamplingOptions, seed: int, request_id: str,
-                 speaker_globals: tuple[int, ...] | None) -> None:
+                 speaker_globals: tuple[int, ...] | None,
+                 adapter: Adapter | None = None) -> None:
         self._p = pipeline
         self._pieces = pieces
         self.voice = voice
@@ -60,6 +62,8 @@ class Synthesis:
         self.request_id = request_id
         self.speaker_globals = speaker_globals
         """Speaker tokens this request used (captured by its first piece, or given)."""
+        self.adapter = adapter
+        """The LoRA adapter every engine request of this synthesis carries."""
         self.globals_captured = asyncio.Event()
         """Set as soon as ``speaker_globals`` is known (at once where there is nothing to
         capture: a family without speaker tokens, or a continuation)."""

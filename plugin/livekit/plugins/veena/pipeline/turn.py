@@ -70,6 +70,8 @@ class TurnOptions:
     """None: the turn draws one seed and keeps it for all its chunks."""
     speaker_globals: tuple[int, ...] | None = None
     """BiCodec: reuse these globals from the first chunk on (e.g. one voice for a call)."""
+    adapter: str | None = None
+    """The LoRA adapter (a registered name) every chunk of the turn is generated with."""
     chunk_crossfade_ms: float = 15.0
     max_chunks_in_flight: int = 2
     timeout: float = 10.0
@@ -199,7 +201,8 @@ class Turn:
                 sampling = self._p.sampling.queued(sampling)  # its audio waits behind theirs
             syn = self._p.synthesize(text, voice=self._opts.voice, sampling=sampling,
                                      seed=self.seed, request_id=self._request_ids.get(index),
-                                     speaker_globals=self.speaker_globals)
+                                     speaker_globals=self.speaker_globals,
+                                     adapter=self._opts.adapter)
             self._syns[index] = syn
             if index == self._first_index:
                 self._first_syn = syn

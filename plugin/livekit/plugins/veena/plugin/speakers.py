@@ -101,7 +101,8 @@ class LocalSpeaker:
         speaker_globals, seed = request.voice.start()
         turn = Turn(self.pipeline, TurnOptions(
             voice=request.voice.voice.voice, sampling=opts.sampling, seed=seed,
-            speaker_globals=speaker_globals, chunk_crossfade_ms=opts.chunk_crossfade_ms,
+            speaker_globals=speaker_globals, adapter=request.voice.voice.adapter,
+            chunk_crossfade_ms=opts.chunk_crossfade_ms,
             max_chunks_in_flight=opts.max_chunks_in_flight, timeout=request.timeout,
             startup_timeout=opts.startup_timeout))
         request.voice.seed = turn.seed

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from livekit.agents import (
@@ -72,6 +73,7 @@ class TTS(tts.TTS):
         max_chunks_in_flight: NotGivenOr[int] = NOT_GIVEN,
         startup_timeout: NotGivenOr[float] = NOT_GIVEN,
         voice_scope: NotGivenOr[str] = NOT_GIVEN,
+        lora: Mapping[str, str] | None = None,
     ) -> None:
         """Speak through an in-process ``pipeline``; or build the shared one for ``model``
         (a local path or hub id; default ``VEENA_MODEL``); or, with ``base_url``
@@ -101,6 +103,13 @@ class TTS(tts.TTS):
         starts over: new globals, or a new seed drawn next time. ``turn``: each stream
         captures its own globals, or draws its own seed.
 
+        ``lora`` ({name: adapter folder or hub id}, beside ``VEENA_LORA``'s) serves a
+        user's fine-tuned voices on the in-process engine, each checked against the model
+        first (ValueError). ``voice="acme"`` then speaks with adapter ``acme``: for a
+        named-speaker model, with ``acme`` as the speaker name (``<spk_acme>``,
+        ``acme: text``); for Maya1 and BiCodec models, with the default voice, or through a
+        voice file that names the adapter.
+
         ``tags`` are the expressive tags the model performs (``<laugh>``); any other tag in
         the text is removed before the prompt. ``veena.tag_instructions(tts.tags)`` tells an
         agent's LLM which ones exist.
@@ -119,6 +128,9 @@ class TTS(tts.TTS):
                 raise ValueError(f"base_url must be a ws:// or wss:// URL, got {base_url!r}")
             if api_key is not None:
                 check_str("api_key", api_key)
+            if lora:
+                raise ValueError("lora= serves adapters on an in-process engine; a server "
+                                 "serves its own (veena-tts serve --lora, VEENA_LORA)")
             prof = as_profile(profile or os.environ.get("VEENA_PROFILE") or "veena")
             self._remote = RemoteClient(base_url, api_key or os.environ.get("VEENA_API_KEY"))
             speaker: Speaker = RemoteSpeaker(self._remote, prof.sample_rate)
@@ -132,6 +144,8 @@ class TTS(tts.TTS):
                         "veena.TTS needs a model path/id (or VEENA_MODEL), a pipeline, "
                         "or a server base_url (or VEENA_TTS_URL)")
                 pipeline = shared_pipeline(model, profile)
+            if lora:
+                loading.serve_adapters(pipeline, lora)
             prof = pipeline.profile
             speaker = LocalSpeaker(pipeline)
             self._remote = None
@@ -146,7 +160,7 @@ class TTS(tts.TTS):
         )
         self._call = CallVoice(
             prof, resolve_voice(prof, voice if is_given(voice) else prof.default_voice,
-                                lookup=voice_file_at(prof)),
+                                lookup=voice_file_at(prof), adapters=self._adapters()),
             voice_scope if is_given(voice_scope) else "call")
         base = family_for(prof).default_sampling()
         self._opts = TTSOptions(
@@ -169,6 +183,10 @@ class TTS(tts.TTS):
     @property
     def model(self) -> str:
         return self._model_name
+
+    def _adapters(self) -> tuple[str, ...]:
+        """The LoRA adapters a voice may name: the in-process engine's."""
+        return self._pipeline.engine.adapters.names if self._pipeline is not None else ()
 
     @property
     def provider(self) -> str:
@@ -229,7 +247,8 @@ class TTS(tts.TTS):
     ) -> None:
         """Change options for streams created from now on (running streams keep theirs).
         A new ``voice`` starts the call's voice over (``reset_voice``)."""
-        new_voice = (resolve_voice(self._profile, voice, lookup=voice_file_at(self._profile))
+        new_voice = (resolve_voice(self._profile, voice, lookup=voice_file_at(self._profile),
+                                   adapters=self._adapters())
                      if is_given(voice) else None)
         sampling = self._opts.sampling.overridden(_given(
             temperature=temperature, top_p=top_p, top_k=top_k,

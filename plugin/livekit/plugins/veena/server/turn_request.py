@@ -14,13 +14,14 @@ def turn_options(state: ServerState, voice: Any, sampling: Any, seed: Any,
                  speaker_globals: Any) -> TurnOptions:
     """Validate everything a client asked for, by type and range, before any engine work.
     A saved voice's name stands for its voice (a profile voice, or a description) with its
-    speaker globals (BiCodec) or its seed (SNAC); globals or a seed the client gives win."""
+    speaker globals (BiCodec) or its seed (SNAC); globals or a seed the client gives win.
+    A LoRA adapter's name (or a saved voice that names one) speaks with that adapter."""
     pipeline = state.pipeline
     profile = pipeline.profile
     resolved = resolve_voice(profile, profile.default_voice if voice is None else voice,
                              seed=seed, speaker_globals=speaker_globals,
-                             lookup=state.voices.find)
-    return TurnOptions(voice=resolved.voice,
+                             lookup=state.voices.find, adapters=pipeline.engine.adapters.names)
+    return TurnOptions(voice=resolved.voice, adapter=resolved.adapter,
                        sampling=pipeline.sampling.defaults().overridden(sampling),
                        seed=resolved.seed, speaker_globals=resolved.speaker_globals,
                        chunk_crossfade_ms=state.options.chunk_crossfade_ms,

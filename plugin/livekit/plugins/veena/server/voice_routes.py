@@ -31,15 +31,18 @@ _CLIP_CODES = {"empty": "empty_audio", "not_wav": "not_wav", "unsupported": "uns
 async def voices(request: web.Request) -> web.Response:
     """``GET /v1/voices``: the profile's voices (a profile with ``described_voices`` also
     takes a description in words: its voices are presets, each with its description), the
-    saved ones (``VEENA_VOICES_DIR``: a designed voice with its description and seed) and the
-    expressive tags the model performs."""
+    saved ones (``VEENA_VOICES_DIR``: a designed voice with its description and seed), the
+    LoRA adapters served (each a voice name: a user's fine-tuned voice) and the expressive
+    tags the model performs."""
     state = server_state(request)
     state.voices.refresh()
     profile = state.pipeline.profile
     described = bool(getattr(profile, "described_voices", False))
     body = {"profile": profile.name, "voices": list(profile.voices),
             "described_voices": described, "tags": profile_tags(profile),
-            "saved": [_saved(name, v) for name, v in state.voices.by_name.items()]}
+            "saved": [_saved(name, v) for name, v in state.voices.by_name.items()],
+            "adapters": [{"name": a.name, "rank": a.rank}
+                         for a in state.pipeline.engine.adapters]}
     if described:
         body["presets"] = {v: profile.render_voice(v) for v in profile.voices}
     return web.json_response(body)
@@ -49,6 +52,8 @@ def _saved(name: str, v: VoiceFile) -> dict:
     entry = {"name": name, "voice": v.voice, "model": v.model}
     if v.seed is not None:
         entry["seed"] = v.seed
+    if v.adapter is not None:
+        entry["adapter"] = v.adapter
     return entry
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from ..pipeline.engine_options import draw_seed
 from ..pipeline.family import family_for
@@ -37,6 +37,8 @@ class Voice:
     """A pinned seed (a voice file's, or one given)."""
     file: VoiceFile | None = None
     """The voice file it came from, if any."""
+    adapter: str | None = None
+    """The LoRA adapter every request of the voice carries (a registered name)."""
 
 
 VoiceLookup = Callable[[str], "VoiceFile | None"]
@@ -50,22 +52,32 @@ def voice_file_at(profile: Any) -> VoiceLookup:
 
 def resolve_voice(profile: Any, voice: Any, *, seed: Any = None,
                   speaker_globals: Sequence[int] | None = None,
-                  lookup: VoiceLookup | None = None) -> Voice:
+                  lookup: VoiceLookup | None = None,
+                  adapters: Collection[str] = ()) -> Voice:
     """The one resolver: ``voice`` (a caller that was given none passes the profile's
     ``default_voice``; None is refused as not a string) through ``lookup`` to a
-    voice file where it names one, then every value checked by type and range (ValueError;
+    voice file where it names one, else to a LoRA adapter where it names one of
+    ``adapters`` (the engine's), then every value checked by type and range (ValueError;
     ``VoiceFileError`` for a bad file) before any engine work. Globals or a seed given here
     win over a file's. A description that could end the prompt's attribute or inject a tag
     is refused by the profile's own check, never put in a prompt."""
+    family = family_for(profile)
     file = lookup(voice) if lookup is not None and isinstance(voice, str) else None
+    adapter = None
     if file is not None:
-        voice = file.voice
+        voice, adapter = file.voice, file.adapter
         speaker_globals = file.speaker_globals if speaker_globals is None else speaker_globals
         seed = file.seed if seed is None else seed
-    checked, globals_ = family_for(profile).check_voice(voice, speaker_globals)
+    elif isinstance(voice, str) and voice in adapters:
+        voice, adapter = family.adapter_voice(voice), voice
+    if adapter is not None and adapter not in adapters:
+        raise ValueError(f"the voice names adapter {adapter!r}, which is not registered "
+                         f"(registered: {', '.join(sorted(adapters)) or 'none'})")
+    checked, globals_ = family.check_voice(voice, speaker_globals,
+                                           (adapter,) if adapter is not None else ())
     if seed is not None:
         seed = check_int("seed", seed, 0, MAX_SEED)
-    return Voice(checked, globals_, seed, file)
+    return Voice(checked, globals_, seed, file, adapter)
 
 
 class CallVoice:

@@ -8,7 +8,8 @@ design``). The file names its profile and model, the voice, the globals or the s
 format version; loading checks all of it (each value's type and range, the voice by the
 profile's own rule) before any engine work, so a file for another profile or a hand-edited one
 fails with a clear ``VoiceFileError``. Format version 1 throughout: ``seed`` is an optional
-key a BiCodec file may leave out, so every earlier file still loads.
+key a BiCodec file may leave out, and ``adapter`` (a LoRA adapter's name) one any file may
+leave out, so every earlier file still loads.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models.loading import speaker_encoder
+from ..pipeline.adapters import check_adapter_name
 from ..pipeline.engine_options import draw_seed
 from ..pipeline.family import CLONED_VOICE, family_for
 from ..validation import UNLOADABLE_JSON, check_int
@@ -51,6 +53,10 @@ class VoiceFile:
     seed: int | None = None
     """The sampling seed every stream speaks with (SNAC: required, it is half the voice;
     BiCodec: optional)."""
+    adapter: str | None = None
+    """The LoRA adapter (a registered name) the voice speaks with: a fine-tuned voice,
+    combined with a description, globals or a controllable voice. Optional: files without
+    it load as before."""
 
     def save(self, path: str | Path, *, exclusive: bool = False) -> Path:
         """Write the file whole or not at all (a temporary file, then one rename or link).
@@ -140,7 +146,10 @@ def parse_voice(data: Any, profile: Any, where: str = "voice") -> VoiceFile:
                              f"not {profile.name!r}")
     family = family_for(profile)
     try:
-        voice = profile.check_voice(data["voice"])
+        adapter = data.get("adapter")
+        if adapter is not None:
+            check_adapter_name(adapter)
+        voice = profile.check_voice(data["voice"], (adapter,) if adapter else ())
         seed = data.get("seed")
         if seed is not None:
             seed = check_int("seed", seed, 0, MAX_SEED)
@@ -155,7 +164,8 @@ def parse_voice(data: Any, profile: Any, where: str = "voice") -> VoiceFile:
             speaker_globals = None
     except ValueError as e:
         raise VoiceFileError(f"{where}: {e}") from None
-    return VoiceFile(data["profile"], data["model"], voice, speaker_globals, seed=seed)
+    return VoiceFile(data["profile"], data["model"], voice, speaker_globals, seed=seed,
+                     adapter=adapter)
 
 
 VOICE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -89,7 +89,8 @@ class BiCodecFamily(ModelFamily):
         return BiCodecTrack(self.profile, table, request_id, speaker_globals)
 
     def prompt(self, tokenizer: Any, text: str, voice: str,
-               speaker_globals: tuple[int, ...] | None) -> list[int]:
+               speaker_globals: tuple[int, ...] | None, speakers: Sequence[str] = ()
+               ) -> list[int]:
         return self.profile.build_prompt(tokenizer, text, voice, speaker_globals)
 
     def constrain(self, sampling: SamplingOptions, table: TokenTable) -> SamplingOptions:

@@ -62,8 +62,14 @@ class SnacFamily(ModelFamily):
         return SnacTrack(self.profile, table, request_id)
 
     def prompt(self, tokenizer: Any, text: str, voice: str,
-               speaker_globals: tuple[int, ...] | None) -> list[int]:
-        return self.profile.build_prompt(tokenizer, text, voice)
+               speaker_globals: tuple[int, ...] | None, speakers: Sequence[str] = ()
+               ) -> list[int]:
+        return self.profile.build_prompt(tokenizer, text, voice, speakers)
+
+    def adapter_voice(self, adapter: str) -> str:
+        """A named-speaker model says the adapter's name (``<spk_acme>``, ``acme: text``: the
+        fine-tune convention); Maya1 keeps its default description."""
+        return self.profile.default_voice if self.profile.described_voices else adapter
 
     def round_budget(self, tokens: int) -> int:
         return tokens + -tokens % self.profile.tokens_per_frame

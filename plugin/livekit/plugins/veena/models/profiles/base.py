@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Sequence
 
 from ...pipeline.family import CLONED_VOICE, check_cloned_voice  # noqa: F401  (re-exported)
 from ...validation import check_str
@@ -73,9 +73,13 @@ class VoiceChecks:
     described_voices: bool = False
     tags: tuple[str, ...] = ()
 
-    def check_voice(self, voice: str) -> str:
+    def check_voice(self, voice: str, speakers: Sequence[str] = ()) -> str:
         """A named voice, or (``described_voices``) a description checked by
-        ``check_description``; ValueError otherwise, before any engine work."""
+        ``check_description``; ValueError otherwise, before any engine work. ``speakers``:
+        more speaker names the request may use (a LoRA adapter's own name, which its
+        fine-tune learnt as a speaker)."""
+        if isinstance(voice, str) and voice in speakers:
+            return voice
         if self.described_voices and isinstance(voice, str) and voice not in self.voices:
             return check_description(voice)
         check_str("voice", voice, max_len=256)

@@ -69,10 +69,10 @@ class BiCodecProfile(VoiceChecks):
     sampling: SamplingOptions = SamplingOptions(temperature=0.8, top_p=0.95, top_k=50)
     licence: str = ""
 
-    def check_voice(self, voice: str) -> str:
+    def check_voice(self, voice: str, speakers: Sequence[str] = ()) -> str:
         if voice == CLONED_VOICE and self.clone_prompt_template:
             return voice
-        return super().check_voice(voice)
+        return super().check_voice(voice, speakers)
 
     def check_globals(self, global_ids: Sequence[int]) -> tuple[int, ...]:
         """Exactly ``num_global_tokens`` integers in the codebook (ValueError otherwise)."""

@@ -59,8 +59,10 @@ class SnacProfile(VoiceChecks):
         """One past the highest audio token id."""
         return self.audio_token_base + self.tokens_per_frame * self.codebook_size
 
-    def build_prompt(self, tokenizer: TokenizerLike, text: str, voice: str) -> list[int]:
-        voice = self.render_voice(self.check_voice(voice))
+    def build_prompt(self, tokenizer: TokenizerLike, text: str, voice: str,
+                     speakers: Sequence[str] = ()) -> list[int]:
+        """``speakers``: names a LoRA adapter adds (``check_voice``), in the same template."""
+        voice = self.render_voice(self.check_voice(voice, speakers))
         words = self.prompt_template.format(voice=voice, text=text)
         ids = tokenizer.encode(words, add_special_tokens=self.add_bos)
         return [*self.prefix_ids, *ids, *self.suffix_ids]

@@ -1,0 +1,126 @@
+"""Benchmark: what serving LoRA voices costs (#42). One engine with adapters serves N
+concurrent requests three ways, in one run: the base voice only, with LoRA off (an engine of
+its own); the base voice only on the LoRA engine; and a mixed batch, the requests spread over
+the adapters and the base voice. Each reports tokens per second and CPU per token of every
+process involved (the serving process and vLLM's engine core and worker), so the ratios say
+what enabling LoRA and mixing adapters cost on this machine; absolute figures vary with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+from _common import model_dir, report, setup
+
+from livekit.plugins.veena.models.adapters import register_adapter
+from livekit.plugins.veena.models.tiny_model import make_random_adapter
+from livekit.plugins.veena.pipeline.engine import EngineOptions, SamplingOptions, VllmEngine
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and every child (vLLM's engine core and its worker)."""
+    me = psutil.Process()
+    total = 0.0
+    for p in (me, *me.children(recursive=True)):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+async def level(engine: VllmEngine, streams: int, tokens: int, adapters: list) -> dict:
+    """``streams`` requests at once, request i with ``adapters[i % len(adapters)]`` (None:
+    the base model)."""
+    prompt = engine.tokenizer.encode("Benchmark stream.", add_special_tokens=False)
+
+    async def one(i: int) -> int:
+        sampling = SamplingOptions(temperature=1.0, top_p=1.0, max_tokens=tokens,
+                                   min_tokens=tokens, seed=i, repetition_penalty=1.0)
+        adapter = adapters[i % len(adapters)]
+        kwargs = {} if adapter is None else {"adapter": adapter}
+        got = 0
+        async for ids in engine.generate(prompt, sampling, **kwargs):
+            got += len(ids)
+        return got
+
+    cpu, wall = _cpu_s(), time.perf_counter()
+    delivered = sum(await asyncio.gather(*(one(i) for i in range(streams))))
+    cpu, wall = _cpu_s() - cpu, time.perf_counter() - wall
+    return {"tokens": delivered, "tokens_per_s": delivered / wall,
+            "cpu_us_per_token": cpu * 1e6 / delivered}
+
+
+async def measure(engine: VllmEngine, label: str, streams: int, tokens: int, adapters: list,
+                  repeat: int) -> dict:
+    runs = [await level(engine, streams, tokens, adapters) for _ in range(repeat)]
+    best = max(runs, key=lambda r: r["tokens_per_s"])  # the least disturbed run
+    return {"batch": label, "streams": streams, "adapters": sum(a is not None for a in adapters),
+            **best}
+
+
+async def run(args, workdir: str) -> list[dict]:
+    root = Path(workdir)
+    names = [f"voice{i}" for i in range(args.adapters)]
+    for i, name in enumerate(names):
+        make_random_adapter(root / "adapters" / name, workdir, rank=args.rank,
+                            alpha=2 * args.rank, seed=i + 1)
+    opts = EngineOptions.from_env(workdir, max_model_len=1024, max_num_seqs=args.streams,
+                                  max_loras=args.max_loras)
+    rows = []
+    plain = VllmEngine(replace(opts, enable_lora=False))
+    await plain.start()
+    try:
+        await level(plain, 1, 16, [None])  # warm-up
+        rows.append(await measure(plain, "base, LoRA off", args.streams, args.tokens, [None],
+                                  args.repeat))
+    finally:
+        await plain.aclose()
+    engine = VllmEngine(opts)
+    for n in names:
+        register_adapter(engine, n, str(root / "adapters" / n), workdir)
+    await engine.start()
+    try:
+        adapters = [engine.adapters.get(n) for n in names]
+        await level(engine, len(adapters) + 1, 16, [None, *adapters])  # loads every adapter
+        rows.append(await measure(engine, "base, LoRA on", args.streams, args.tokens, [None],
+                                  args.repeat))
+        rows.append(await measure(engine, "mixed", args.streams, args.tokens,
+                                  [None, *adapters], args.repeat))
+    finally:
+        await engine.aclose()
+    base = rows[0]
+    for r in rows:
+        r["throughput_vs_lora_off"] = r["tokens_per_s"] / base["tokens_per_s"]
+        r["cpu_vs_lora_off"] = r["cpu_us_per_token"] / base["cpu_us_per_token"]
+    return rows
+
+
+async def amain(args) -> None:
+    with model_dir() as workdir:
+        rows = await run(args, workdir)
+    report("lora", rows, {
+        "model": "tiny random Llama (Veena vocabulary) on vLLM-CPU",
+        "adapters": args.adapters, "rank": args.rank, "tokens_per_request": args.tokens,
+        "targets": "q, k, v, o, gate, up, down", "max_loras": args.max_loras,
+        "setup": "mixed: request i uses adapter i mod (adapters + 1), the last slot the base "
+                 "model; CPU is every process's (serving, engine core, worker); the best of "
+                 f"{args.repeat} runs per row"})
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--streams", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=140)
+    ap.add_argument("--adapters", type=int, default=3)
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--max-loras", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3)
+    setup()
+    asyncio.run(amain(ap.parse_args()))

@@ -1,0 +1,201 @@
+"""LoRA adapters are checked against the base model before anything is registered: every way
+an adapter can be wrong is one clear ``AdapterError`` (a ``ValueError`` in the plugin, exit 2
+from the command line), and nothing of it reaches the engine. No engine starts here."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from livekit.plugins import veena
+from livekit.plugins.veena import cli
+from livekit.plugins.veena.models.adapters import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    AdapterError,
+    check_adapter,
+    parse_lora_specs,
+)
+from livekit.plugins.veena.models.loading import load_pipeline, serve_adapters
+from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.models.tiny_model import make_random_adapter
+from livekit.plugins.veena.pipeline.adapters import AdapterSet, lora_rank_for
+from livekit.plugins.veena.pipeline.engine import EngineOptions, VllmEngine, with_adapters
+from livekit.plugins.veena.voices.call_voice import resolve_voice
+from livekit.plugins.veena.voices.files import VoiceFile, VoiceFileError, parse_voice
+
+
+@pytest.fixture(scope="module")
+def good(tiny_model_dir, tmp_path_factory) -> Path:
+    return make_random_adapter(tmp_path_factory.mktemp("acme"), tiny_model_dir, rank=8, seed=1)
+
+
+def _copy(good: Path, to: Path, config=None, tensors=None) -> Path:
+    to.mkdir()
+    cfg = json.loads((good / CONFIG_FILE).read_text())
+    (to / CONFIG_FILE).write_text(json.dumps(config(cfg) if config else cfg))
+    weights = load_file(str(good / WEIGHTS_FILE))
+    save_file(tensors(weights) if tensors else weights, str(to / WEIGHTS_FILE))
+    return to
+
+
+def test_a_good_adapter_passes_with_its_rank_alpha_and_targets(good, tiny_model_dir):
+    checked = check_adapter(str(good), tiny_model_dir)
+    assert (checked.rank, checked.alpha) == (8, 16.0)
+    assert set(checked.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj",
+                                           "gate_proj", "up_proj", "down_proj"}
+
+
+def _first(weights, side="A"):
+    return next(k for k in weights if k.endswith(f"lora_{side}.weight"))
+
+
+BAD = {
+    "a rank past vLLM's largest": (
+        lambda c: {**c, "r": 1024}, None, "rank r must be an int in \\[1, 512\\]"),
+    "a bool rank": (lambda c: {**c, "r": True}, None, "rank r must be an int"),
+    "a NaN alpha": (lambda c: {**c, "lora_alpha": math.nan}, None, "lora_alpha must be a finite"),
+    "an unsupported target": (
+        lambda c: {**c, "target_modules": ["q_proj", "embed_tokens"]}, None,
+        "unsupported target modules \\['embed_tokens'\\]"),
+    "DoRA": (lambda c: {**c, "use_dora": True}, None, "use_dora is not supported"),
+    "trained embeddings": (lambda c: {**c, "modules_to_save": ["lm_head"]}, None,
+                           "modules_to_save is not supported"),
+    "another kind of PEFT": (lambda c: {**c, "peft_type": "IA3"}, None, "is not LORA"),
+    "a wrong base (its shapes)": (
+        None, lambda w: {k: (v[:, :64].contiguous() if k.endswith("q_proj.lora_A.weight") else v)
+                         for k, v in w.items()},
+        "has shape \\(8, 64\\), the base model needs \\(8, 128\\)"),
+    "a layer the base lacks": (
+        None, lambda w: {**w, "base_model.model.model.layers.9.self_attn.q_proj.lora_A.weight":
+                         w[_first(w)].clone()}, "the base model has 2 layers"),
+    "an unpaired lora_A": (
+        None, lambda w: {k: v for k, v in w.items() if k != _first(w, "B")},
+        "must come in pairs"),
+    "a NaN weight": (
+        None, lambda w: {k: (v * math.nan if k == _first(w) else v) for k, v in w.items()},
+        "NaN or infinite"),
+    "a foreign tensor": (
+        None, lambda w: {**w, "base_model.model.lm_head.weight": w[_first(w)].clone()},
+        "unexpected tensor"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_every_bad_adapter_is_one_clear_error(case, good, tiny_model_dir, tmp_path):
+    config, tensors, says = BAD[case]
+    bad = _copy(good, tmp_path / "bad", config, tensors)
+    with pytest.raises(AdapterError, match=says):
+        check_adapter(str(bad), tiny_model_dir)
+
+
+def test_missing_or_corrupt_files_are_clear_errors(good, tiny_model_dir, tmp_path):
+    with pytest.raises(AdapterError, match="no adapter folder"):
+        check_adapter(str(tmp_path / "nowhere"), tiny_model_dir)
+    no_config = _copy(good, tmp_path / "no-config")
+    (no_config / CONFIG_FILE).unlink()
+    with pytest.raises(AdapterError, match="has no adapter_config.json"):
+        check_adapter(str(no_config), tiny_model_dir)
+    bad_json = _copy(good, tmp_path / "bad-json")
+    (bad_json / CONFIG_FILE).write_text("{not json")
+    with pytest.raises(AdapterError, match="not readable JSON"):
+        check_adapter(str(bad_json), tiny_model_dir)
+    truncated = _copy(good, tmp_path / "truncated")
+    data = (truncated / WEIGHTS_FILE).read_bytes()
+    (truncated / WEIGHTS_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(AdapterError, match="not a readable safetensors file"):
+        check_adapter(str(truncated), tiny_model_dir)
+    pickled = _copy(good, tmp_path / "pickled")
+    (pickled / WEIGHTS_FILE).rename(pickled / "adapter_model.bin")
+    with pytest.raises(AdapterError, match="convert it to safetensors"):
+        check_adapter(str(pickled), tiny_model_dir)
+
+
+def test_lora_specs_are_name_equals_location():
+    assert parse_lora_specs(["acme=/a", "b-2=org/adapter"]) == {"acme": "/a", "b-2": "org/adapter"}
+    assert parse_lora_specs("acme=/a, bravo=/b") == {"acme": "/a", "bravo": "/b"}
+    for bad, says in (["acme"], "NAME=PATH"), (["acme="], "NAME=PATH"), \
+            (["<spk>=/a"], "adapter name"), (["a=/x", "a=/y"], "named twice"):
+        with pytest.raises(AdapterError, match=says):
+            parse_lora_specs(bad)
+
+
+def test_ids_are_stable_per_name_and_never_reused():
+    adapters = AdapterSet()
+    a = adapters.add("acme", "/a", 8, 16.0)
+    b = adapters.add("bravo", "/b", 4, 4.0)
+    assert (a.int_id, b.int_id) == (1, 2) and adapters.max_rank == 8
+    with pytest.raises(ValueError, match="already registered"):
+        adapters.add("acme", "/c", 8, 16.0)
+    adapters.remove("acme")
+    assert adapters.add("acme", "/c", 8, 16.0).int_id == 3  # vLLM caches by id: a new one
+
+
+def test_lora_is_sized_from_the_adapters_unless_set():
+    opts = EngineOptions(model="m")
+    assert with_adapters(opts, AdapterSet()).enable_lora is False
+    adapters = AdapterSet()
+    adapters.add("acme", "/a", 24, 24.0)
+    sized = with_adapters(opts, adapters)
+    assert (sized.enable_lora, sized.max_lora_rank) == (True, 32)
+    assert lora_rank_for(4) == 8 and lora_rank_for(16) == 16
+
+
+def test_an_engine_started_without_lora_refuses_an_adapter():
+    engine = VllmEngine(EngineOptions(model="unused", enable_lora=False))
+    engine._start_task = object()  # as once start() has begun
+    with pytest.raises(ValueError, match="started without LoRA"):
+        engine.add_adapter("acme", "/a", 8, 16.0)
+    assert not engine.adapters
+
+
+def test_a_bad_adapter_never_reaches_the_engine(good, tiny_model_dir, tmp_path):
+    """Registration checks first: the engine's set holds only adapters that passed."""
+    pipeline = load_pipeline(tiny_model_dir)  # the engine is never started
+    bad = _copy(good, tmp_path / "bad", lambda c: {**c, "r": 4})  # its tensors say 8
+    with pytest.raises(AdapterError, match="has shape"):
+        serve_adapters(pipeline, {"acme": str(bad)})
+    assert not pipeline.engine.adapters and not pipeline.engine.started
+    with pytest.raises(AdapterError, match="already a voice"):
+        serve_adapters(pipeline, {"kavya": str(good)})
+    serve_adapters(pipeline, {"acme": str(good)})
+    serve_adapters(pipeline, {"acme": str(good)})  # the same folder again: kept
+    with pytest.raises(AdapterError, match="already served from"):
+        serve_adapters(pipeline, {"acme": str(bad)})
+    assert pipeline.engine.adapters.names == ("acme",)
+
+
+def test_a_voice_names_an_adapter_only_where_it_is_registered():
+    plain = resolve_voice(VEENA, "acme", adapters=("acme",))
+    assert (plain.voice, plain.adapter) == ("acme", "acme")
+    with pytest.raises(ValueError, match="unknown voice 'acme'"):
+        resolve_voice(VEENA, "acme")
+    maya = resolve_voice(veena.MAYA1, "acme", adapters=("acme",))
+    assert (maya.voice, maya.adapter) == (veena.MAYA1.default_voice, "acme")
+
+
+def test_a_voice_file_may_name_an_adapter_and_old_files_still_load():
+    data = VoiceFile("veena", "m", "acme", seed=7, adapter="acme").to_json()
+    assert parse_voice(data, VEENA).adapter == "acme"
+    old = {k: v for k, v in data.items() if k != "adapter"} | {"voice": "kavya"}
+    assert parse_voice(old, VEENA).adapter is None
+    with pytest.raises(VoiceFileError, match="adapter name"):
+        parse_voice({**data, "adapter": "a b"}, VEENA)
+    found = resolve_voice(VEENA, "v.json", lookup=lambda _: parse_voice(data, VEENA),
+                          adapters=("acme",))
+    assert (found.voice, found.adapter, found.seed) == ("acme", "acme", 7)
+    with pytest.raises(ValueError, match="not registered"):
+        resolve_voice(VEENA, "v.json", lookup=lambda _: parse_voice(data, VEENA))
+
+
+def test_the_plugin_and_the_command_line_refuse_a_bad_adapter(good, tiny_model_dir, tmp_path):
+    bad = _copy(good, tmp_path / "bad", lambda c: {**c, "target_modules": ["lm_head"]})
+    with pytest.raises(ValueError, match="unsupported target modules"):
+        veena.TTS(pipeline=load_pipeline(tiny_model_dir), lora={"acme": str(bad)})
+    with pytest.raises(ValueError, match="in-process engine"):
+        veena.TTS(base_url="ws://127.0.0.1:1", lora={"acme": str(good)})
+    code = cli.main(["say", "hi", "--model", tiny_model_dir, "--lora", f"acme={bad}",
+                     "--voice", "acme", "-o", str(tmp_path / "a.wav")])
+    assert code == 2 and not (tmp_path / "a.wav").exists()
