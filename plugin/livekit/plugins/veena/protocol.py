@@ -78,6 +78,10 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "upload_too_large": ErrorCode(413, False),
     "voice_exists": ErrorCode(409, False),
     "cannot_clone": ErrorCode(400, False),
+    # LoRA adapters (POST /v1/adapters): the adapter cannot be served
+    "bad_adapter": ErrorCode(400, False),
+    "adapter_exists": ErrorCode(409, False),
+    "download_failed": ErrorCode(502, True),
     # the server's state: retry later or elsewhere
     "overloaded": ErrorCode(503, True),
     "starting": ErrorCode(503, True),

@@ -12,12 +12,14 @@ This module only assembles the routes; each concern has its own module: ``option
 ``state`` (what every route shares), ``registry`` (the work running now), ``lifecycle``
 (keepalive, refusal, drain), ``saved_voices``, ``errors`` (JSON errors, failure codes),
 ``turn_request`` (a turn's options, validated), ``middleware`` (API key, JSON errors),
-``websocket``, ``speech``, ``voice_routes``, ``health``, ``admission``, ``metrics``.
+``websocket``, ``speech``, ``voice_routes``, ``served_adapters`` and ``adapter_routes``
+(LoRA voices), ``health``, ``admission``, ``metrics``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Callable
 
@@ -26,9 +28,10 @@ from aiohttp import web
 from ..models import loading
 from ..pipeline.engine import EngineClosedError
 from ..pipeline.pipeline import Pipeline
-from . import health, speech, voice_routes, websocket
+from . import adapter_routes, health, speech, voice_routes, websocket
 from .middleware import json_errors, require_api_key
 from .options import MAX_HTTP_BODY_BYTES, ServerOptions
+from .served_adapters import load_folder
 from .state import STATE_KEY, ServerState
 
 __all__ = ["ENGINE_DEAD_EXIT_CODE", "ServerOptions", "create_app", "run_server"]
@@ -54,6 +57,10 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
     app.router.add_post("/v1/audio/speech", speech.speech)
     app.router.add_get("/v1/voices", voice_routes.voices)
     app.router.add_post("/v1/voices", voice_routes.clone)
+    app.router.add_post("/v1/adapters", adapter_routes.add)
+    app.router.add_delete("/v1/adapters/{name}", adapter_routes.remove)
+    if state.adapters.root is not None:
+        app.cleanup_ctx.append(_keep_adapters_in_step)
     app.router.add_get("/health", health.health)
     app.router.add_get("/ready", health.ready)
     app.router.add_get("/metrics", health.metrics)
@@ -112,6 +119,14 @@ def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
     return app
 
 
+async def _keep_adapters_in_step(app: web.Application):
+    task = asyncio.create_task(adapter_routes.refresh_forever(app[STATE_KEY]))
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def _raise_exit() -> None:
     raise web.GracefulExit()
 
@@ -132,6 +147,9 @@ def run_server(model: str, *, profile: str | None, host: str, port: int,
     where the workers share one engine core (``shared_engine.py``)."""
     try:
         pipeline = loading.load_pipeline(model, profile=profile, engine_core=engine_core)
+        adapters_dir = ServerOptions.from_env().adapters_dir
+        if adapters_dir:  # served before the engine starts, which sizes LoRA for them
+            load_folder(pipeline, adapters_dir)
     except Exception as e:  # a model or codec that cannot be loaded is a failed start too
         logger.error("cannot load the model: %s", e, extra={"model": model})
         return ENGINE_DEAD_EXIT_CODE

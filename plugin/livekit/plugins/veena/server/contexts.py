@@ -91,6 +91,7 @@ class Context:
         self._wake = asyncio.Event()
         self._max_chars = state.options.max_text_chars
         self.chars = 0
+        self._adapter = turn_opts.adapter
         self._slot = StreamSlot(state.admission, self._on_hold)
         self._in_flight = 0
         self._last_activity = time.monotonic()
@@ -158,8 +159,7 @@ class Context:
     # -- the turn's side ---------------------------------------------------------------
 
     def _on_hold(self, held: bool) -> None:
-        (self._state.metrics.active_streams.inc if held else
-         self._state.metrics.active_streams.dec)()
+        self._state.metrics.streaming(self._adapter, held)
 
     def _chunk_generated(self) -> None:
         self._in_flight -= 1

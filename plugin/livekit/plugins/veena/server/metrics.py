@@ -41,6 +41,9 @@ class ServerMetrics:
         self.active_streams = Gauge("veena_active_streams",
                                     "Streams synthesizing (holding a stream slot)",
                                     registry=r, multiprocess_mode="livesum")
+        self.adapter_streams = Gauge("veena_adapter_streams",
+                                     "Streams synthesizing with each LoRA adapter",
+                                     ["adapter"], registry=r, multiprocess_mode="livesum")
         self.batch_size = Histogram("veena_decode_batch_size", "Windows per codec call",
                                     buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
         self.queue_wait = Histogram("veena_decode_queue_wait_seconds",
@@ -84,6 +87,13 @@ class ServerMetrics:
     def close(self) -> None:
         """Stop counting this process's removed tags (the app is done)."""
         self._stop_listening()
+
+    def streaming(self, adapter: str | None, on: bool) -> None:
+        """A stream starts (``on``) or stops synthesizing, with its adapter if any."""
+        (self.active_streams.inc if on else self.active_streams.dec)()
+        if adapter is not None:
+            gauge = self.adapter_streams.labels(adapter)
+            (gauge.inc if on else gauge.dec)()
 
     def on_admission(self, admitted: int, queued: int) -> None:
         self.admitted_streams.set(admitted)

@@ -53,6 +53,12 @@ class ServerOptions:
     """After the engine dies, answer 503 this long, then exit non-zero."""
     voices_dir: str | None = None
     """Every ``*.json`` voice file here is a voice clients can name (by its file name)."""
+    adapters_dir: str | None = None
+    """Every folder here holding a PEFT LoRA adapter is a voice clients can name (by its
+    folder name); ``POST /v1/adapters`` adds one (a hub id is downloaded into it)."""
+    adapters_refresh_s: float = 10.0
+    """How often the server looks at ``adapters_dir`` again: adapters another replica added
+    or removed there are served or dropped here within this long."""
     max_voice_upload_bytes: int = 12 << 20
     """POST /v1/voices: the largest reference clip accepted (30 s of 48 kHz stereo float
     is 11.5 MB)."""
@@ -97,6 +103,8 @@ class ServerOptions:
             engine_dead_exit_s=env_float("VEENA_ENGINE_DEAD_EXIT_S", cls.engine_dead_exit_s),
             drain_s=env_float("VEENA_DRAIN_S", cls.drain_s),
             voices_dir=env_str("VEENA_VOICES_DIR", "") or None,
+            adapters_dir=env_str("VEENA_ADAPTERS_DIR", "") or None,
+            adapters_refresh_s=env_float("VEENA_ADAPTERS_REFRESH_S", cls.adapters_refresh_s),
             max_voice_upload_bytes=env_int("VEENA_MAX_VOICE_UPLOAD_BYTES",
                                            cls.max_voice_upload_bytes),
             chunker=ChunkerOptions.from_env(),
@@ -117,7 +125,7 @@ class ServerOptions:
                 check_int(name, getattr(self, name), 0 if name == "max_queued_streams" else 1,
                           MAX_C_INT)
         for name in ("max_queue_wait_s", "turn_timeout_s", "context_idle_s", "slow_client_s",
-                     "heartbeat_s", "keepalive_s"):
+                     "heartbeat_s", "keepalive_s", "adapters_refresh_s"):
             check_float(name, getattr(self, name), 0.0, MAX_DURATION_S, lo_open=True)
         check_float("engine_dead_exit_s", self.engine_dead_exit_s, 0.0, MAX_DURATION_S)
         check_float("drain_s", self.drain_s, 0.0, MAX_DURATION_S)

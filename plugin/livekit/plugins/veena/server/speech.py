@@ -303,7 +303,7 @@ async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
                                state.options.slow_client_s)
 
     turn = Turn(pipeline, req.turn)
-    metrics.active_streams.inc()
+    metrics.streaming(req.turn.adapter, True)
     started = time.perf_counter()
     first: list[float] = []
 
@@ -362,7 +362,7 @@ async def _speak(request: web.Request, req: _SpeechRequest, state: ServerState
         if getter is not None:
             getter.cancel()  # a client that left leaves it waiting for audio otherwise
         encoder.close()
-        metrics.active_streams.dec()
+        metrics.streaming(req.turn.adapter, False)
         if not speaking.done():
             speaking.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

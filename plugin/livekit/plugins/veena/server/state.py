@@ -1,6 +1,7 @@
 """What every route shares: the pipeline, options, metrics and limits, and the parts that
 hold the server's running state, each in its own module: ``registry`` (the work running
-now), ``lifecycle`` (keepalive, refusal, drain, engine death) and ``saved_voices``."""
+now), ``lifecycle`` (keepalive, refusal, drain, engine death), ``saved_voices`` and
+``served_adapters``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from .metrics import ServerMetrics
 from .options import ServerOptions
 from .registry import LiveContext, LiveWork
 from .saved_voices import SavedVoices
+from .served_adapters import ServedAdapters
 
 
 class ServerState:
@@ -32,6 +34,7 @@ class ServerState:
         self.live = LiveWork()
         self.lifecycle = Lifecycle(pipeline.engine, options, self.metrics, self.live)
         self.voices = SavedVoices(options.voices_dir, pipeline.profile)
+        self.adapters = ServedAdapters(options.adapters_dir, pipeline)
 
     @property
     def contexts(self) -> set[LiveContext]:
