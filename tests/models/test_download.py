@@ -172,3 +172,37 @@ def test_a_spark_checkpoint_is_found_by_its_layout(spark_hub, tmp_path, monkeypa
     with pytest.raises(DownloadError, match="no LLM/ and BiCodec/ folders"):
         download_model("test/not-spark", profile="spark", endpoint=spark_hub.url,
                        cache_dir=str(tmp_path))
+
+
+def test_lora_adapters_are_fetched_ahead_of_time(tiny_model_dir, tmp_path, monkeypatch):
+    """``veena-tts download --lora acme=OWNER/REPO`` and ``download-files`` with
+    ``VEENA_LORA``: only the adapter's config and weights land in the cache, and they pass
+    the check against the model; a missing repository is one clear error."""
+    from livekit.plugins.veena.models.adapters import (AdapterError, check_adapter,
+                                                       download_adapters)
+    from livekit.plugins.veena.models.tiny_model import make_random_adapter
+
+    adapter = make_random_adapter(tmp_path / "acme", tiny_model_dir, rank=8, seed=1)
+    (adapter / "README.md").write_text("not fetched")
+    fake = FakeHub({"test/acme-lora": _repo_files(adapter)})
+    try:
+        (folder,) = download_adapters({"acme": "test/acme-lora"}, endpoint=fake.url,
+                                      cache_dir=str(tmp_path / "cache"))
+        assert sorted(p.name for p in folder.iterdir()) == ["adapter_config.json",
+                                                            "adapter_model.safetensors"]
+        assert check_adapter(str(folder), tiny_model_dir).rank == 8
+        with pytest.raises(AdapterError, match="cannot download adapter 'test/absent'"):
+            download_adapters({"x": "test/absent"}, endpoint=fake.url,
+                              cache_dir=str(tmp_path / "cache"))
+    finally:
+        fake.close()
+    # a local adapter is its own folder: printed by the command, nothing fetched
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path), "PATH": "/usr/bin"}
+    done = subprocess.run([sys.executable, "-m", "livekit.plugins.veena.cli", "download",
+                           tiny_model_dir, "--lora", f"acme={adapter}"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == [tiny_model_dir, str(adapter)]
+    bad = subprocess.run([sys.executable, "-m", "livekit.plugins.veena.cli", "download",
+                          tiny_model_dir, "--lora", "acme"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "NAME=PATH_OR_HUB_ID" in bad.stderr

@@ -120,5 +120,10 @@ async def test_adapters_from_the_folder_and_the_admin_route(tiny_model_dir, tmp_
             assert pipeline.engine.adapters.names == ("carol",)
             event, heard = await _speak(s, url, "carol")
             assert event["type"] == "done" and heard > 0
+            # the OpenAI route names it as its voice too
+            async with s.post(url + "/v1/audio/speech", headers=AUTH, json={
+                    "input": "Hello there.", "voice": "carol", "response_format": "pcm",
+                    "sampling": {"max_tokens": 56}}) as r:
+                assert r.status == 200 and len(await r.read()) > 0
     finally:
         await pipeline.aclose()

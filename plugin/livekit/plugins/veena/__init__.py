@@ -41,17 +41,19 @@ class VeenaPlugin(Plugin):
         super().__init__(__name__, __version__, __package__, logger)
 
     def download_files(self) -> None:
-        """``python -m livekit.agents download-files``: fetch ``VEENA_MODEL`` and its codec into the
-        Hugging Face cache. An agent that speaks through a server (``VEENA_TTS_URL``) and
-        names no model has nothing to fetch."""
+        """``python -m livekit.agents download-files``: fetch ``VEENA_MODEL`` and its codec, and
+        the LoRA adapters of ``VEENA_LORA``, into the Hugging Face cache. An agent that speaks
+        through a server (``VEENA_TTS_URL``) and names no model has nothing to fetch."""
         import os
 
+        from .models.adapters import download_adapters, lora_from_env
         from .models.download import download_model
 
         if not os.environ.get("VEENA_MODEL"):
             logger.info("VEENA_MODEL is not set: no TTS model to download")
             return
         download_model()
+        download_adapters(lora_from_env())
 
 
 Plugin.register_plugin(VeenaPlugin())

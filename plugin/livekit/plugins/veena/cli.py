@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     download.add_argument("--model", dest="model_option", default=None, metavar="MODEL",
                           help="the same, spelled as say and serve take it")
     download.add_argument("--profile", default=None)
+    download.add_argument("--lora", action="append", default=[], metavar="NAME=PATH_OR_ID",
+                          help="also fetch this LoRA adapter (repeatable; VEENA_LORA too)")
 
     tiny = sub.add_parser("make-tiny-model", help="build a tiny random-weight model in DIR")
     tiny.add_argument("dir")
@@ -270,15 +272,17 @@ def main(argv: list[str] | None = None) -> int:
             logger.error("%s", e)
             return 2
     if args.command == "download":
+        from .models.adapters import download_adapters, lora_from_env, parse_lora_specs
         from .models.download import DownloadError, download_model
 
         if args.model and args.model_option and args.model != args.model_option:
             parser.error(f"two models given: {args.model} and --model {args.model_option}")
         try:
-            for folder in download_model(args.model or args.model_option,
-                                         profile=args.profile):
+            lora = {**lora_from_env(), **parse_lora_specs(args.lora)}
+            folders = download_model(args.model or args.model_option, profile=args.profile)
+            for folder in [*folders, *download_adapters(lora)]:
                 sys.stdout.write(f"{folder}\n")
-        except DownloadError as e:
+        except (DownloadError, ValueError) as e:  # AdapterError is a ValueError
             logger.error("%s", e)
             return 2
         return 0

@@ -83,9 +83,10 @@ def check_name(name: Any) -> str:
         raise AdapterError(str(e)) from None
 
 
-def adapter_folder(location: str, *, cache_dir: str | None = None) -> Path:
+def adapter_folder(location: str, *, endpoint: str | None = None,
+                   cache_dir: str | None = None) -> Path:
     """A local folder in PEFT layout: ``location`` itself, or a hub id downloaded (only its
-    config and safetensors weights) into the Hugging Face cache."""
+    config and safetensors weights) into the Hugging Face cache (offline: from the cache)."""
     local = Path(location).expanduser()
     if local.is_dir():
         return local
@@ -95,7 +96,7 @@ def adapter_folder(location: str, *, cache_dir: str | None = None) -> Path:
 
     logger.info("downloading adapter %s", location, extra={"repo": location})
     try:
-        return Path(snapshot_download(location, cache_dir=cache_dir,
+        return Path(snapshot_download(location, endpoint=endpoint, cache_dir=cache_dir,
                                       allow_patterns=[CONFIG_FILE, WEIGHTS_FILE]))
     except Exception as e:  # the hub's errors are many types: one clear message
         raise AdapterError(f"cannot download adapter {location!r}: {type(e).__name__}: {e}"
@@ -230,3 +231,11 @@ def register_adapter(engine: VllmEngine, name: str, location: str, model_dir: st
         return engine.add_adapter(name, checked.path, checked.rank, checked.alpha)
     except ValueError as e:
         raise AdapterError(str(e)) from None
+
+
+def download_adapters(lora: Mapping[str, str], *, endpoint: str | None = None,
+                      cache_dir: str | None = None) -> list[Path]:
+    """Fetch every adapter of {name: location} ahead of time (``veena-tts download --lora``,
+    ``download-files`` with ``VEENA_LORA``): their local folders, in order."""
+    return [adapter_folder(location, endpoint=endpoint, cache_dir=cache_dir)
+            for location in lora.values()]
