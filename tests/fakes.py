@@ -40,7 +40,9 @@ class FakeEngine:
         self.options = EngineOptions(model=model, max_model_len=1 << 20,
                                      max_num_seqs=max_num_seqs)
         self.tokenizer = _Tokenizer()
-        self.adapters = AdapterSet()  # none: a fake applies no LoRA
+        self.adapters = AdapterSet()  # a fake applies no LoRA: it records what was asked
+        self.adapters_asked: list[str | None] = []
+        """Per request, the adapter it carried (None: the base model)."""
         self.last_output = time.monotonic()
         self.started = True
         self.health = EngineHealth("ready")
@@ -85,8 +87,9 @@ class FakeEngine:
         return len(self.live)
 
     async def generate(self, prompt: Sequence[int], sampling: SamplingOptions,
-                       request_id: str | None = None) -> AsyncIterator[list[int]]:
+                       request_id: str | None = None, adapter=None) -> AsyncIterator[list[int]]:
         rid = request_id or self.new_request_id()
+        self.adapters_asked.append(None if adapter is None else adapter.name)
         rng = np.random.default_rng(sampling.seed)
         self.live.add(rid)
         finished = False

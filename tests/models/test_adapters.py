@@ -199,3 +199,45 @@ def test_the_plugin_and_the_command_line_refuse_a_bad_adapter(good, tiny_model_d
     code = cli.main(["say", "hi", "--model", tiny_model_dir, "--lora", f"acme={bad}",
                      "--voice", "acme", "-o", str(tmp_path / "a.wav")])
     assert code == 2 and not (tmp_path / "a.wav").exists()
+
+
+class _Words:
+    """A tokenizer that keeps the words it was asked to encode."""
+
+    def encode(self, text, add_special_tokens=False):
+        self.text = text
+        return [1]
+
+
+@pytest.mark.parametrize("profile,words", [(VEENA, "<spk_acme> Hi."),
+                                           (veena.ORPHEUS, "acme: Hi.")])
+def test_an_adapter_speaks_its_name_in_the_profiles_own_prompt(profile, words):
+    """The fine-tune convention of each named-speaker model: its template with the adapter's
+    name, allowed only where the request carries that adapter."""
+    tokenizer = _Words()
+    profile.build_prompt(tokenizer, "Hi.", "acme", speakers=("acme",))
+    assert tokenizer.text == words
+    with pytest.raises(ValueError, match="unknown voice 'acme'"):
+        profile.build_prompt(tokenizer, "Hi.", "acme")
+
+
+async def test_a_call_keeps_its_adapter_voice_stream_after_stream():
+    """``voice="acme"``: every engine request of every stream carries the adapter, in both
+    of the plugin's streams, until the voice changes."""
+    from ..fakes import fake_pipeline
+
+    async with fake_pipeline() as p:
+        p.engine.adapters.add("acme", "/a", 8, 16.0)
+        tts = veena.TTS(pipeline=p, voice="acme", max_tokens_per_chunk=14)
+        await tts.synthesize("Hello there.").collect()
+        stream = tts.stream()
+        stream.push_text("Hello again.")
+        stream.end_input()
+        async for _ in stream:
+            pass
+        asked = list(p.engine.adapters_asked)
+        assert len(asked) >= 2 and set(asked) == {"acme"}
+        tts.update_options(voice="kavya")
+        await tts.synthesize("Hello there.").collect()
+        assert set(p.engine.adapters_asked[len(asked):]) == {None}
+        await tts.aclose()

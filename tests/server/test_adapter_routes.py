@@ -9,6 +9,9 @@ import shutil
 
 import aiohttp
 import pytest
+from livekit.agents import APIStatusError
+
+from livekit.plugins import veena
 
 from livekit.plugins.veena.models.adapters import CONFIG_FILE
 from livekit.plugins.veena.models.loading import load_pipeline
@@ -120,6 +123,17 @@ async def test_adapters_from_the_folder_and_the_admin_route(tiny_model_dir, tmp_
             assert pipeline.engine.adapters.names == ("carol",)
             event, heard = await _speak(s, url, "carol")
             assert event["type"] == "done" and heard > 0
+            # the plugin through the server names it as its voice too (the server resolves it)
+            remote = veena.TTS(base_url=url.replace("http", "ws"), api_key=API_KEY,
+                               voice="carol", max_tokens_per_chunk=56)
+            try:
+                audio = await remote.synthesize("Hello there.").collect()
+                assert audio.samples_per_channel > 0
+                with pytest.raises(APIStatusError, match="unknown voice 'nobody'"):
+                    remote.update_options(voice="nobody")
+                    await remote.synthesize("Hello there.").collect()
+            finally:
+                await remote.aclose()
             # the OpenAI route names it as its voice too
             async with s.post(url + "/v1/audio/speech", headers=AUTH, json={
                     "input": "Hello there.", "voice": "carol", "response_format": "pcm",

@@ -166,7 +166,9 @@ class RemoteSpeaker:
                     emitter: tts.AudioEmitter) -> bool:
         opts = request.options
         speaker_globals, seed = request.voice.start()
-        message = {"voice": request.voice.voice.voice, "seed": seed,
+        voice = request.voice.voice
+        # an adapter voice goes by its name: the server resolves it to its own adapter
+        message = {"voice": voice.adapter or voice.voice, "seed": seed,
                    "sampling": opts.remote_sampling()}
         if speaker_globals is not None:
             message["speaker_globals"] = list(speaker_globals)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from livekit.agents import (
@@ -22,13 +23,14 @@ from livekit.agents.utils import is_given
 
 from ..models import loading
 from ..models.profiles import ModelProfile, as_profile
+from ..pipeline.adapters import ADAPTER_NAME
 from ..pipeline.chunking import ChunkerOptions
 from ..pipeline.family import family_for
 from ..pipeline.pipeline import Pipeline
 from ..pipeline.sentences import SentenceTokenizer
 from ..settings import env_float, env_int
 from ..validation import check_float, check_str
-from ..voices.call_voice import CallVoice, resolve_voice, voice_file_at
+from ..voices.call_voice import CallVoice, Voice, resolve_voice, voice_file_at
 from .options import TTSOptions
 from .remote import RemoteClient
 from .speakers import LocalSpeaker, RemoteSpeaker, Speaker
@@ -159,8 +161,7 @@ class TTS(tts.TTS):
             num_channels=1,
         )
         self._call = CallVoice(
-            prof, resolve_voice(prof, voice if is_given(voice) else prof.default_voice,
-                                lookup=voice_file_at(prof), adapters=self._adapters()),
+            prof, self._resolve(voice if is_given(voice) else prof.default_voice),
             voice_scope if is_given(voice_scope) else "call")
         base = family_for(prof).default_sampling()
         self._opts = TTSOptions(
@@ -184,9 +185,20 @@ class TTS(tts.TTS):
     def model(self) -> str:
         return self._model_name
 
-    def _adapters(self) -> tuple[str, ...]:
-        """The LoRA adapters a voice may name: the in-process engine's."""
-        return self._pipeline.engine.adapters.names if self._pipeline is not None else ()
+    def _adapters(self) -> Collection[str]:
+        """The LoRA adapters a voice may name: the in-process engine's; through a server,
+        any name that could be one (the server says if it is not)."""
+        if self._pipeline is not None:
+            return self._pipeline.engine.adapters.names
+        return _ServerAdapterNames(self._profile)
+
+    def _resolve(self, voice: Any) -> Voice:
+        resolved = resolve_voice(self._profile, voice, lookup=voice_file_at(self._profile),
+                                 adapters=self._adapters())
+        if self._pipeline is None and resolved.file is not None and resolved.file.adapter:
+            raise ValueError("a voice file that names an adapter speaks in-process; through a "
+                             "server, save it there (VEENA_VOICES_DIR) and name it")
+        return resolved
 
     @property
     def provider(self) -> str:
@@ -247,9 +259,7 @@ class TTS(tts.TTS):
     ) -> None:
         """Change options for streams created from now on (running streams keep theirs).
         A new ``voice`` starts the call's voice over (``reset_voice``)."""
-        new_voice = (resolve_voice(self._profile, voice, lookup=voice_file_at(self._profile),
-                                   adapters=self._adapters())
-                     if is_given(voice) else None)
+        new_voice = self._resolve(voice) if is_given(voice) else None
         sampling = self._opts.sampling.overridden(_given(
             temperature=temperature, top_p=top_p, top_k=top_k,
             repetition_penalty=repetition_penalty, max_tokens=max_tokens_per_chunk))
@@ -307,3 +317,21 @@ class TTS(tts.TTS):
 def _given(**values) -> dict:
     """The options a caller gave (livekit's NOT_GIVEN left out)."""
     return {k: v for k, v in values.items() if is_given(v)}
+
+
+class _ServerAdapterNames:
+    """Through a server, the adapters are the server's: a name shaped like one that is not
+    a voice of the profile may be one, and goes to the server by its name."""
+
+    def __init__(self, profile: ModelProfile) -> None:
+        self._voices = set(profile.voices)
+
+    def __contains__(self, name: object) -> bool:
+        return (isinstance(name, str) and name not in self._voices
+                and ADAPTER_NAME.fullmatch(name) is not None)
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
