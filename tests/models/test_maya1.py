@@ -42,7 +42,13 @@ ACCENTED = "Mujer de 30 años, acento andaluz, voz cálida y pausada; très douc
 def tok(tiny_maya1_dir):
     t = AutoTokenizer.from_pretrained(tiny_maya1_dir)
     assert t.eos_token_id == EOT, "the tiny model's EOS is <|eot_id|>, as in Llama-3 chat"
+    assert t("x")["input_ids"][0] == BOS, "it prepends BOS, as Llama-3's tokenizer does"
     return t
+
+
+REF = [BOS, SOH, BOS]
+"""How the model card's ids start: its prompt string (SOH, BOS, ...) tokenised with the
+tokenizer's specials on, so a tokenizer that prepends BOS puts one more first."""
 
 
 def _words(tok, text: str) -> list[int]:
@@ -53,7 +59,7 @@ def _words(tok, text: str) -> list[int]:
 
 def test_prompt_is_the_model_cards_prompt_token_for_token(tok):
     words = _words(tok, f'<description="{DESCRIPTION}"> Hello there, how are you?')
-    expected = [128259, 128000, *words, 128009, 128260, 128261, 128257]
+    expected = [*REF, *words, 128009, 128260, 128261, 128257]
     assert MAYA1.build_prompt(tok, "Hello there, how are you?", DESCRIPTION) == expected
     assert family_for(MAYA1).prompt(tok, "Hello there, how are you?", DESCRIPTION,
                                      None) == expected
@@ -65,7 +71,7 @@ def test_a_preset_voice_renders_its_description(tok):
            "timbre, conversational pacing.")
     words = _words(tok, f'<description="{ava}"> Good morning.')
     assert MAYA1.build_prompt(tok, "Good morning.", "ava") == [
-        128259, 128000, *words, 128009, 128260, 128261, 128257]
+        *REF, *words, 128009, 128260, 128261, 128257]
     assert MAYA1.default_voice == "ava"
     assert "ava" not in tok.decode(words).split('"')[1], "the preset's words, not its name"
 
@@ -80,7 +86,7 @@ def test_every_tag_is_one_token_and_a_tag_in_the_text_stays_one_token(tok):
     laugh = ids["laugh"]
     prompt = MAYA1.build_prompt(tok, "Hello <laugh> there", DESCRIPTION)
     words = _words(tok, f'<description="{DESCRIPTION}"> Hello <laugh> there')
-    assert prompt == [128259, 128000, *words, 128009, 128260, 128261, 128257]
+    assert prompt == [*REF, *words, 128009, 128260, 128261, 128257]
     assert prompt.count(laugh) == 1 and laugh in words
     # <laugh_harder> is its own token, not <laugh> followed by text
     harder = MAYA1.build_prompt(tok, "Ha <laugh_harder> ha", DESCRIPTION)
@@ -90,7 +96,7 @@ def test_every_tag_is_one_token_and_a_tag_in_the_text_stays_one_token(tok):
 def test_a_description_with_accents_is_encoded_in_the_prompt(tok):
     words = _words(tok, f'<description="{ACCENTED}"> Hola <sigh> amigos')
     prompt = MAYA1.build_prompt(tok, "Hola <sigh> amigos", ACCENTED)
-    assert prompt == [128259, 128000, *words, 128009, 128260, 128261, 128257]
+    assert prompt == [*REF, *words, 128009, 128260, 128261, 128257]
     assert tok.decode(words) == f'<description="{ACCENTED}"> Hola <sigh> amigos'
     assert prompt.count(tok.convert_tokens_to_ids("<sigh>")) == 1
 
@@ -131,7 +137,8 @@ async def _fake_maya1():
 
 
 def _fake_prompt(p: Pipeline, text: str, description: str) -> list[int]:
-    """What the fake engine must be given, written out: the fake tokenizer's words."""
+    """What the fake engine must be given, written out: the fake tokenizer's words (it
+    prepends nothing, so no BOS comes before SOH)."""
     words = p.engine.tokenizer.encode(f'<description="{description}"> {text}')
     return [128259, 128000, *words, 128009, 128260, 128261, 128257]
 
@@ -336,3 +343,20 @@ def test_say_without_a_model_builds_the_tiny_model_of_its_profile(tmp_path, monk
     tok = AutoTokenizer.from_pretrained(folder)
     assert len(tok.encode("<laugh>", add_special_tokens=False)) == 1
     assert cli._resolve_model("some/model", "maya1") == "some/model"
+
+
+async def test_tags_that_are_not_one_token_are_named_at_start(caplog, tok):
+    """Maya1's 20 tags are single tokens of its tokenizer; one that splits them into text is
+    named in one warning when the pipeline starts."""
+    import logging
+
+    from ..fakes import fake_pipeline
+
+    with caplog.at_level(logging.WARNING, logger="livekit.plugins.veena.pipeline.pipeline"):
+        async with fake_pipeline() as p:
+            split = Pipeline(p.engine, p.codec, MAYA1, PipelineOptions())
+            await split.start()
+            await split.scheduler.aclose()
+    (record,) = [r for r in caplog.records if "not one token" in r.getMessage()]
+    assert record.tags == list(MAYA1.tags)
+    assert all(len(tok.encode(f"<{t}>", add_special_tokens=False)) == 1 for t in MAYA1.tags)

@@ -1,9 +1,12 @@
-"""Token table and SNAC framer: O(1) lookups, one bad frame skipped on its own."""
+"""Token table and SNAC framer: O(1) lookups; an out-of-band code handled as the profile's
+reference does (one bad frame skipped on its own, by default)."""
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.models.profiles import MAYA1, ORPHEUS, VEENA
 from livekit.plugins.veena.pipeline.parsing import (
     KIND_AUDIO,
     KIND_STOP,
@@ -12,6 +15,8 @@ from livekit.plugins.veena.pipeline.parsing import (
 )
 
 BASE = VEENA.audio_token_base
+DROPPING = replace(VEENA, out_of_range_codes="drop_frame")
+"""The default policy (a profile whose reference says nothing)."""
 
 
 def _frame_ids(codes):
@@ -26,7 +31,7 @@ def test_table_kinds():
 
 
 def test_frames_deinterleaved_and_bad_frame_skipped(caplog):
-    framer = SnacFramer(VEENA, TokenTable.for_snac(VEENA), "req-1")
+    framer = SnacFramer(DROPPING, TokenTable.for_snac(VEENA), "req-1")
     good1 = [1, 2, 3, 4, 5, 6, 7]
     good2 = [4095, 0, 10, 20, 30, 40, 50]
     bad = _frame_ids([1, 2, 3, 4, 5, 6, 7])
@@ -60,15 +65,17 @@ def _stream(seed: int, frames: int = 60):
     return ids + [VEENA.stop_token_ids[0]] + _frame_ids(range(7))
 
 
+@pytest.mark.parametrize("policy", ["drop_frame", "wrap", "skip_token", "end_chunk"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_delta_whole_or_token_by_token_gives_the_same_frames_and_stats(seed):
+def test_a_delta_whole_or_token_by_token_gives_the_same_frames_and_stats(seed, policy):
     """The numpy path (long deltas) and the token-by-token path (short ones) agree, wherever
-    the deltas cut the frames."""
+    the deltas cut the frames, under every out-of-range policy."""
     table = TokenTable.for_snac(VEENA)
+    profile = replace(VEENA, out_of_range_codes=policy)
     ids = _stream(seed)
-    whole = SnacFramer(VEENA, table, "whole")
-    one = SnacFramer(VEENA, table, "one")
-    mixed = SnacFramer(VEENA, table, "mixed")
+    whole = SnacFramer(profile, table, "whole")
+    one = SnacFramer(profile, table, "one")
+    mixed = SnacFramer(profile, table, "mixed")
     got_whole = whole.feed(ids)
     cuts = np.cumsum(np.random.default_rng(seed).integers(1, 80, len(ids)))
     cuts = [0] + [int(c) for c in cuts if c < len(ids)] + [len(ids)]
@@ -79,10 +86,48 @@ def test_a_delta_whole_or_token_by_token_gives_the_same_frames_and_stats(seed):
             got += framer.feed(delta)
             if framer.stats.stopped:
                 break
-    assert len(got_whole) > 40 and whole.stats.invalid_frames > 0 and whole.stats.stopped
+    assert whole.stats.invalid_codes > 0 and whole.stats.stopped
+    if policy != "end_chunk":
+        assert len(got_whole) > 40
+    assert (whole.stats.invalid_frames > 0) == (policy == "drop_frame")
     for got, framer in ((got_one, one), (got_mixed, mixed)):
         assert [f.tolist() for f in got] == [f.tolist() for f in got_whole]
         assert framer.stats == whole.stats
+
+
+def _with_a_bad_code():
+    """Frame A, then frame B whose position 3 holds a band-5 token, then frame C."""
+    a, b, c = [1, 2, 3, 4, 5, 6, 7], [11, 12, 13, 14, 15, 16, 17], [21, 22, 23, 24, 25, 26, 27]
+    ids = _frame_ids(a) + _frame_ids(b) + _frame_ids(c)
+    ids[7 + 3] = BASE + 5 * 4096 + 99
+    return a, b, c, ids
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["one delta", "token by token"])
+def test_each_profile_handles_an_out_of_band_code_as_its_reference(whole):
+    a, b, c, ids = _with_a_bad_code()
+    table = TokenTable.for_snac(VEENA)
+
+    def frames(profile):
+        framer = SnacFramer(profile, table, profile.name)
+        deltas = [ids * 3] if whole else [[t] for t in ids]  # x3: past the numpy threshold
+        got = []
+        for delta in deltas:
+            got += [f.tolist() for f in framer.feed(delta)]
+            if framer.stats.stopped:
+                break
+        assert framer.stats.invalid_codes >= 1
+        return got
+
+    # Maya1: (id - base) % 4096 for every slot, decoded as it is
+    assert frames(MAYA1)[:3] == [a, [11, 12, 13, 99, 15, 16, 17], c]  # (5 * 4096 + 99) % 4096
+    # Orpheus: the token dropped, the position kept; the tokens after it are of the wrong
+    # band for position 3 too, until C's position-3 token: the frame resynchronises there
+    assert frames(ORPHEUS)[:2] == [a, [11, 12, 13, 24, 25, 26, 27]]
+    # Veena: its card raises, so nothing past the bad code: the chunk ends after frame A
+    assert frames(VEENA) == [a]
+    # the default: frame B skipped on its own
+    assert frames(DROPPING)[:2] == [a, c]
 
 
 # --- BiCodec side (the continuation interface; the decoder lands with its own issue) ---

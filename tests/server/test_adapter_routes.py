@@ -60,9 +60,10 @@ async def test_adapters_from_the_folder_and_the_admin_route(tiny_model_dir, tmp_
     root = tmp_path / "adapters"
     good = make_random_adapter(root / "acme", tiny_model_dir, rank=8, seed=1)
     _bad(good, root / "broken")
-    pipeline = load_pipeline(tiny_model_dir, options=PipelineOptions(), engine_options=EngineOptions(
-        model=tiny_model_dir, gpu_memory_utilization=0.3, enforce_eager=True,
-        max_model_len=2048, max_num_seqs=8, cpu_kvcache_space_gib=TINY_KV_CACHE_GIB))
+    pipeline = load_pipeline(
+        tiny_model_dir, options=PipelineOptions(), engine_options=EngineOptions(
+            model=tiny_model_dir, gpu_memory_utilization=0.3, enforce_eager=True,
+            max_model_len=2048, max_num_seqs=8, cpu_kvcache_space_gib=TINY_KV_CACHE_GIB))
     load_folder(pipeline, str(root))  # as run_server does, before the engine starts
     assert pipeline.engine.adapters.names == ("acme",)  # the broken one skipped, not fatal
     await pipeline.start()

@@ -31,9 +31,19 @@ class SnacLayout(Protocol):
     tokens_per_frame: int
     codebook_size: int
     stop_token_ids: Sequence[int]
+    out_of_range_codes: str
 
     @property
     def vocab_end(self) -> int: ...
+
+
+OUT_OF_RANGE_POLICIES = ("drop_frame", "wrap", "skip_token", "end_chunk")
+"""What a SNAC parser does with an audio token outside its position's band, as each model's
+reference does: ``drop_frame`` (skip the frame it is in; the frames around it still play),
+``wrap`` (Maya1: ``(id - base) % 4096``, decoded as it is), ``skip_token`` (Orpheus's
+``decoder.py``: the token is dropped without advancing the position, so the next token may
+resynchronise), ``end_chunk`` (Veena's card raises: nothing after it is decoded, so the
+chunk ends there, with the audio before it)."""
 
 
 class BiCodecLayout(Protocol):
@@ -116,13 +126,16 @@ class ParseStats:
     tokens: int = 0
     frames: int = 0
     invalid_frames: int = 0
+    invalid_codes: int = 0
+    """Out-of-band audio tokens (every policy counts them; ``drop_frame`` also counts the
+    frames it skipped in ``invalid_frames``)."""
     other_tokens: int = 0
     stopped: bool = False
 
 
 class SnacFramer:
-    """Collects 7-token SNAC frames. A frame holding a token of the wrong band is counted,
-    logged and skipped on its own; the frames around it still play."""
+    """Collects 7-token SNAC frames. A token of the wrong band is counted, logged once per
+    request, and handled by the profile's ``out_of_range_codes`` policy."""
 
     VECTOR_MIN = 32
     """Deltas this long or longer are parsed in numpy; shorter ones (vLLM streams one token
@@ -135,6 +148,10 @@ class SnacFramer:
         self._n = profile.tokens_per_frame
         self._width = profile.codebook_size
         self._request_id = request_id
+        self._policy = getattr(profile, "out_of_range_codes", "drop_frame")
+        if self._policy not in OUT_OF_RANGE_POLICIES:
+            raise ValueError(f"out_of_range_codes must be one of {OUT_OF_RANGE_POLICIES}, "
+                             f"got {self._policy!r}")
         self._current = np.zeros(self._n, dtype=np.int64)
         self._pos = 0
         self._bad = False
@@ -146,7 +163,23 @@ class SnacFramer:
             token_ids = list(token_ids)
         if len(token_ids) < self.VECTOR_MIN:
             return self._feed_short(token_ids)
-        return self._feed_vector(np.asarray(token_ids, dtype=np.int64))
+        ids = np.asarray(token_ids, dtype=np.int64)
+        if self._policy != "drop_frame" and not self._all_in_band(ids):
+            return self._feed_short(token_ids)  # the rare delta the policy must walk
+        return self._feed_vector(ids)
+
+    def _all_in_band(self, ids: np.ndarray) -> bool:
+        """Whether every audio code of ``ids`` (up to a stop) is in its position's band."""
+        kind = self._kind
+        known = (ids >= 0) & (ids < len(kind))
+        kinds = np.where(known, kind[np.where(known, ids, 0)], KIND_OTHER)
+        stops = np.flatnonzero(kinds == KIND_STOP)
+        if stops.size:
+            ids, kinds = ids[:stops[0]], kinds[:stops[0]]
+        values = self._value[ids[kinds == KIND_AUDIO]]
+        n, width = self._n, self._width
+        codes = values - ((self._pos + np.arange(values.size)) % n) * width
+        return bool(((codes >= 0) & (codes < width)).all())
 
     def _feed_short(self, token_ids) -> list[np.ndarray]:
         frames: list[np.ndarray] = []
@@ -165,7 +198,17 @@ class SnacFramer:
             if 0 <= code < width:
                 self._current[self._pos] = code
             else:
-                self._bad = True
+                self._out_of_band()
+                if self._policy == "wrap":
+                    self._current[self._pos] = value[tid] % width
+                elif self._policy == "skip_token":
+                    continue
+                elif self._policy == "end_chunk":
+                    self._pos = 0
+                    stats.stopped = True
+                    break
+                else:
+                    self._bad = True
             self._pos += 1
             if self._pos == n:
                 self._pos = 0
@@ -176,6 +219,12 @@ class SnacFramer:
                     frames.append(self._current.copy())
                     stats.frames += 1
         return frames
+
+    def _out_of_band(self) -> None:
+        self.stats.invalid_codes += 1
+        if self.stats.invalid_codes == 1:
+            logger.warning("an audio token outside its band", extra={
+                "request_id": self._request_id, "policy": self._policy})
 
     def _invalid_frame(self) -> None:
         self.stats.invalid_frames += 1
@@ -205,6 +254,8 @@ class SnacFramer:
         n, width, pos = self._n, self._width, self._pos
         codes = values - ((pos + np.arange(values.size)) % n) * width
         valid = (codes >= 0) & (codes < width)
+        for _ in range(int(valid.size - np.count_nonzero(valid))):
+            self._out_of_band()
         if pos:  # the frame the last delta began
             codes = np.concatenate((self._current[:pos], codes))
             valid = np.concatenate((np.full(pos, not self._bad), valid))

@@ -155,10 +155,22 @@ class Pipeline:
         await self._once("_graphs")
         if not self._ready:
             self.table.as_lists()  # the tokenizer and token table, before the first request
+            self._check_tags()
             if self.options.freeze_gc_heap:
                 freeze_startup_heap()
             full_collections.defer(self.options.gc_full_interval_s)
         self._ready = True
+
+    def _check_tags(self) -> None:
+        """Each tag the profile performs must be one token of the loaded tokenizer, as the
+        model was trained (Maya1's server asserts it at load): a tag this tokenizer splits
+        reaches the model as plain text. Named once, in a warning, at start."""
+        tags = getattr(self.profile, "tags", ())
+        split = [t for t in tags
+                 if len(self.engine.tokenizer.encode(f"<{t}>", add_special_tokens=False)) != 1]
+        if split:
+            logger.warning("tags that are not one token of this tokenizer: the model reads them "
+                           "as text", extra={"tags": split, "profile": self.profile.name})
 
     @property
     def table(self) -> TokenTable:

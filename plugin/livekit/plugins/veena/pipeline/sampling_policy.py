@@ -41,6 +41,15 @@ class SamplingPolicy:
             int(math.ceil(seconds * self._profile.tokens_per_second)))
         return max(1, min(budget, self._max_model_len - prompt_len))
 
+    def card_cap(self, text: str) -> int:
+        """The model card's cap on one request's new tokens for ``text`` (Veena's sample:
+        ``min(int(len(text) * 1.3) * 7 + 21, 700)``); unbounded where the card sets none."""
+        rule = getattr(self._profile, "card_max_new_tokens", None)
+        if rule is None:
+            return 1 << 30
+        per_char, scale, extra, most = rule
+        return min(int(len(text) * per_char) * scale + extra, most)
+
     def queued(self, sampling: SamplingOptions) -> SamplingOptions:
         """``sampling`` for a chunk whose audio waits behind a chunk still generating: its
         tokens handed over once per ``queued_output_steps`` codec steps."""
@@ -55,7 +64,10 @@ class SamplingPolicy:
         """The main request's sampling: the token budget for ``text`` and the family's
         constraints."""
         budget = self.token_budget(text, prompt_len)
-        max_tokens = budget if sampling.max_tokens is None else min(sampling.max_tokens, budget)
+        if sampling.max_tokens is None:  # the default: within the model card's cap, if any
+            max_tokens = min(budget, self.card_cap(text))
+        else:
+            max_tokens = min(sampling.max_tokens, budget)
         s = replace(sampling, max_tokens=max_tokens,
                     min_tokens=min(sampling.min_tokens, max_tokens))
         return self._family.constrain(s, table)

@@ -4,6 +4,7 @@ the published SNAC models: veena, orpheus and maya1."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from ...pipeline.engine_options import SamplingOptions
 from .base import CodecKind, TokenizerLike, VoiceChecks
@@ -26,6 +27,13 @@ class SnacProfile(VoiceChecks):
     stop_token_ids: tuple[int, ...]
     audio_token_base: int
     add_bos: bool = False
+    # what the parser does with an audio token outside its band, as the model's reference
+    # does (``parsing.OUT_OF_RANGE_POLICIES``)
+    out_of_range_codes: str = "drop_frame"
+    # True: the reference hands its prompt to the tokenizer (or to vLLM) as a string with the
+    # tokenizer's special tokens on, so a tokenizer that prepends BOS puts one more before
+    # everything; ``build_prompt`` asks the loaded tokenizer and sends the same
+    reference_string_prompt: bool = False
     # True: a voice may also be a description in words (Maya1); ``voices`` are presets
     described_voices: bool = False
     # what {voice} stands for in the prompt, per preset (absent: the voice itself)
@@ -40,6 +48,10 @@ class SnacProfile(VoiceChecks):
     # its vLLM streaming reference never outputs frame 0
     trim_start_frames: int = 0
     prompt_source: str = ""
+    # the model card's own cap on new tokens per request, (a, b, c, d) for
+    # min(int(len(text) * a) * b + c, d): a chunk's default budget is at most this (a
+    # max_tokens the caller gives is theirs)
+    card_max_new_tokens: tuple[float, int, int, int] | None = None
     # hub ids of checkpoints this profile reads (picked for them when no profile is named)
     model_ids: tuple[str, ...] = ()
     codec: CodecKind = "snac"
@@ -63,9 +75,21 @@ class SnacProfile(VoiceChecks):
                      speakers: Sequence[str] = ()) -> list[int]:
         """``speakers``: names a LoRA adapter adds (``check_voice``), in the same template."""
         voice = self.render_voice(self.check_voice(voice, speakers))
+        lead = leading_bos(tokenizer) if self.reference_string_prompt else ()
         words = self.prompt_template.format(voice=voice, text=text)
         ids = tokenizer.encode(words, add_special_tokens=self.add_bos)
-        return [*self.prefix_ids, *ids, *self.suffix_ids]
+        return [*lead, *self.prefix_ids, *ids, *self.suffix_ids]
+
+
+def leading_bos(tokenizer: TokenizerLike) -> tuple[int, ...]:
+    """The ids a tokenizer puts before any text with its special tokens on: (BOS,) for a
+    Llama-3 tokenizer, () for one that adds nothing. Read from its own behaviour, not from
+    its config, since that is what the reference's ``tokenizer(prompt)`` does."""
+    plain = tokenizer.encode("x", add_special_tokens=False)
+    full = tokenizer.encode("x", add_special_tokens=True)
+    if len(full) > len(plain) and full[len(full) - len(plain):] == plain:
+        return tuple(full[:len(full) - len(plain)])
+    return ()
 
 
 _SNAC_LICENCE = "snac code: MIT; check the model card of your checkpoint for its weights' licence"
@@ -82,6 +106,9 @@ VEENA = SnacProfile(
     stop_token_ids=(128258, 128262),  # END_OF_SPEECH, END_OF_AI
     audio_token_base=128266,
     sampling=SamplingOptions(temperature=0.4, top_p=0.9, repetition_penalty=1.05),
+    # the card's sample: max_new_tokens = min(int(len(text) * 1.3) * 7 + 21, 700)
+    card_max_new_tokens=(1.3, 7, 21, 700),
+    out_of_range_codes="end_chunk",  # the card's decode raises on a code out of range
     model_ids=("maya-research/veena-tts",),
     licence=_SNAC_LICENCE,
 )
@@ -89,7 +116,12 @@ VEENA = SnacProfile(
 ORPHEUS_TAGS = ("laugh", "chuckle", "sigh", "cough", "sniffle", "groan", "yawn", "gasp")
 """The tags canopylabs/orpheus-3b-0.1-ft's model card documents."""
 
-# canopylabs/orpheus-3b-0.1-ft: "voice: text" with BOS, then end-of-text/human, start AI/speech.
+# canopyai/Orpheus-TTS orpheus_tts/engine_class.py ``_format_prompt``: START_OF_HUMAN, the
+# tokenizer's ids of "voice: text" (with its BOS), END_OF_TEXT, END_OF_HUMAN, START_OF_AI,
+# START_OF_SPEECH; those ids are decoded to a string that vLLM tokenises again, with specials
+# on: a tokenizer that prepends BOS puts one more first (``reference_string_prompt``). Stop
+# on END_OF_SPEECH 128258, as the package's realtime streaming example passes it (its
+# ``generate_tokens_sync`` default, 49158, is not an id of this tokenizer's layout).
 ORPHEUS = SnacProfile(
     name="orpheus",
     voices=("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe"),
@@ -100,6 +132,8 @@ ORPHEUS = SnacProfile(
     stop_token_ids=(128258,),
     audio_token_base=128266,
     add_bos=True,
+    reference_string_prompt=True,
+    out_of_range_codes="skip_token",  # decoder.py: dropped, the position not advanced
     tags=ORPHEUS_TAGS,
     model_ids=("canopylabs/orpheus-3b-0.1-ft",),
     sampling=SamplingOptions(temperature=0.6, top_p=0.8, repetition_penalty=1.3),
@@ -127,9 +161,11 @@ MAYA1_PRESETS = (
                  "timbre, slow and expressive storytelling."),
 )
 
-# maya-research/maya1 model card and its vLLM streaming reference: SOH, BOS, then
-# <description="..."> and the text, then EOT (in the prompt, not a stop), EOH, SOA, SOS; only
-# END_OF_SPEECH stops; at least 4 frames (min_tokens 28); context 8192.
+# maya-research/maya1 model card (its transformers example builds the prompt as one string):
+# SOH, BOS, then <description="..."> and the text, then EOT (in the prompt, not a stop), EOH,
+# SOA, SOS, tokenised with the tokenizer's specials on, so a tokenizer that prepends BOS puts
+# one more first (``reference_string_prompt``); only END_OF_SPEECH stops; at least 4 frames
+# (min_tokens 28); context 8192.
 MAYA1 = SnacProfile(
     name="maya1",
     voices=tuple(name for name, _ in MAYA1_PRESETS),
@@ -143,10 +179,12 @@ MAYA1 = SnacProfile(
     voice_prompts=MAYA1_PRESETS,
     tags=MAYA1_TAGS,
     ignore_eos=True,
+    reference_string_prompt=True,
+    out_of_range_codes="wrap",  # its unpacking takes (id - base) % 4096 for every slot
     trim_start_frames=1,
     model_ids=("maya-research/maya1",),
     sampling=SamplingOptions(temperature=0.4, top_p=0.9, repetition_penalty=1.1,
                               min_tokens=28),
-    prompt_source="maya-research/maya1 model card and its vLLM streaming reference",
+    prompt_source="maya-research/maya1 model card (transformers example)",
     licence="Apache-2.0 (maya-research/maya1 weights and code); snac code: MIT",
 )
