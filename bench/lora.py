@@ -4,6 +4,11 @@ its own); the base voice only on the LoRA engine; and a mixed batch, the request
 the adapters and the base voice. Each reports tokens per second and CPU per token of every
 process involved (the serving process and vLLM's engine core and worker), so the ratios say
 what enabling LoRA and mixing adapters cost on this machine; absolute figures vary with it.
+
+``--eviction``: an engine that keeps one adapter (``max_loras = max_cpu_loras = 1``) and two
+adapters taking turns, so each request finds its adapter evicted and vLLM reads it again:
+the first token's latency of such a request beside one whose adapter stayed loaded
+(``lora_eviction.json``).
 """
 
 from __future__ import annotations
@@ -102,9 +107,45 @@ async def run(args, workdir: str) -> list[dict]:
     return rows
 
 
+async def first_token_ms(engine: VllmEngine, adapter) -> float:
+    prompt = engine.tokenizer.encode("Benchmark stream.", add_special_tokens=False)
+    sampling = SamplingOptions(temperature=1.0, max_tokens=2, seed=0, repetition_penalty=1.0)
+    start = time.perf_counter()
+    async for _ in engine.generate(prompt, sampling, adapter=adapter):
+        return (time.perf_counter() - start) * 1000
+    raise RuntimeError("no token")
+
+
+async def eviction(args, workdir: str) -> list[dict]:
+    """First-token latency with the adapter loaded, and after its eviction."""
+    root = Path(workdir) / "adapters"
+    opts = EngineOptions.from_env(workdir, max_model_len=1024, max_num_seqs=4, max_loras=1,
+                                  max_cpu_loras=1)
+    engine = VllmEngine(opts)
+    for i, name in enumerate(("first", "second")):
+        make_random_adapter(root / name, workdir, rank=args.rank, alpha=2 * args.rank,
+                            seed=10 + i)
+        register_adapter(engine, name, str(root / name), workdir)
+    await engine.start()
+    try:
+        first, second = engine.adapters.get("first"), engine.adapters.get("second")
+        await first_token_ms(engine, None)  # warm-up
+        cached, reloaded = [], []
+        for _ in range(args.repeat * 3):
+            await first_token_ms(engine, first)
+            cached.append(await first_token_ms(engine, first))  # still loaded
+            reloaded.append(await first_token_ms(engine, second))  # evicts the first
+    finally:
+        await engine.aclose()
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return [{"adapter": "stayed loaded", "first_token_ms_p50": med(cached)},
+            {"adapter": "evicted, read again", "first_token_ms_p50": med(reloaded)}]
+
+
 async def amain(args) -> None:
     with model_dir() as workdir:
         rows = await run(args, workdir)
+        evicted = await eviction(args, workdir) if args.eviction else None
     report("lora", rows, {
         "model": "tiny random Llama (Veena vocabulary) on vLLM-CPU",
         "adapters": args.adapters, "rank": args.rank, "tokens_per_request": args.tokens,
@@ -112,6 +153,12 @@ async def amain(args) -> None:
         "setup": "mixed: request i uses adapter i mod (adapters + 1), the last slot the base "
                  "model; CPU is every process's (serving, engine core, worker); the best of "
                  f"{args.repeat} runs per row"})
+    if evicted:
+        report("lora_eviction", evicted, {
+            "setup": "max_loras = max_cpu_loras = 1, two adapters of rank "
+                     f"{args.rank} taking turns on the tiny model; the median of "
+                     f"{3 * args.repeat} requests each; the adapter's files are in the page "
+                     "cache, so a read from disk would add to the evicted figure"})
 
 
 if __name__ == "__main__":
@@ -122,5 +169,7 @@ if __name__ == "__main__":
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--max-loras", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--eviction", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time a request whose adapter was evicted (an engine more)")
     setup()
     asyncio.run(amain(ap.parse_args()))

@@ -197,7 +197,7 @@ def test_engine_sharing_bench():
         assert r["frontend_cpu_us_per_token"] > 0
 
 
-@pytest.mark.engine  # starts two vLLM engines of its own
+@pytest.mark.engine  # starts three vLLM engines of its own
 def test_lora_bench_compares_a_mixed_batch_with_the_base_alone():
     _run(sys.executable, "bench/lora.py", "--streams", "3", "--tokens", "14", "--adapters", "2",
          "--rank", "8", "--repeat", "1", timeout=600)
@@ -207,3 +207,6 @@ def test_lora_bench_compares_a_mixed_batch_with_the_base_alone():
     for r in rows:  # every request got all its tokens (no claim on speed)
         assert r["tokens"] == 3 * 14 and r["tokens_per_s"] > 0 and r["cpu_us_per_token"] > 0
     assert rows[0]["throughput_vs_lora_off"] == 1.0
+    evicted = _rows("lora_eviction")
+    assert [r["adapter"] for r in evicted] == ["stayed loaded", "evicted, read again"]
+    assert all(r["first_token_ms_p50"] > 0 for r in evicted)
