@@ -33,6 +33,21 @@ async def poll_until(check, what: str, every_s: float = 0.05, polls: int = POLLS
     raise AssertionError(f"never happened: {what() if callable(what) else what}")
 
 
+async def hear_context(ws) -> tuple[dict, int]:
+    """Read a WebSocket until its context ends: (the final event, audio bytes heard)."""
+    import aiohttp
+
+    heard = 0
+    async for msg in ws:
+        if msg.type == aiohttp.WSMsgType.BINARY:
+            heard += len(msg.data) - 1 - msg.data[0]
+        elif msg.type == aiohttp.WSMsgType.TEXT:
+            event = msg.json()
+            if event["type"] in ("done", "error", "cancelled"):
+                return event, heard
+    raise AssertionError("the socket closed before the context ended")
+
+
 async def metric(session, url: str, name: str) -> float:
     """The sum of a Prometheus metric's samples (all label sets) on the server at ``url``."""
     async with session.get(url + "/metrics") as r:

@@ -23,7 +23,7 @@ from livekit.plugins.veena.server.served_adapters import REMOVED, load_folder
 from livekit.plugins.veena.server.state import STATE_KEY
 
 from ..conftest import TINY_KV_CACHE_GIB
-from ..servers import API_KEY, metric, poll_until, serve_app
+from ..servers import API_KEY, hear_context, metric, poll_until, serve_app
 
 pytestmark = pytest.mark.engine  # starts a LoRA engine of its own
 
@@ -45,15 +45,7 @@ async def _speak(session, url, voice, max_tokens=56):
         await ws.send_json({"type": "speak", "context_id": "c", "text": "Hello there, friend.",
                             "continue": False, "voice": voice,
                             "sampling": {"max_tokens": max_tokens}})
-        heard = 0
-        async for msg in ws:
-            if msg.type == aiohttp.WSMsgType.BINARY:
-                heard += len(msg.data) - 1 - msg.data[0]
-            elif msg.type == aiohttp.WSMsgType.TEXT:
-                event = msg.json()
-                if event["type"] in ("done", "error", "cancelled"):
-                    return event, heard
-    raise AssertionError("the socket closed before the context ended")
+        return await hear_context(ws)
 
 
 async def test_adapters_from_the_folder_and_the_admin_route(tiny_model_dir, tmp_path):

@@ -16,7 +16,7 @@ import aiohttp
 import psutil
 import pytest
 
-from ..servers import free_port, poll_until
+from ..servers import free_port, hear_context, poll_until
 
 pytestmark = pytest.mark.slow  # launches veena-tts serve processes
 
@@ -109,16 +109,9 @@ async def _speak(session: aiohttp.ClientSession, ws: aiohttp.ClientWebSocketResp
     """One context to its end; the audio bytes it heard."""
     await ws.send_json({"type": "speak", "context_id": "c", "text": "Hello there.",
                         "continue": False, "sampling": {"max_tokens": 56}})
-    heard = 0
-    async for msg in ws:
-        if msg.type == aiohttp.WSMsgType.BINARY:
-            heard += len(msg.data) - 1 - msg.data[0]
-        elif msg.type == aiohttp.WSMsgType.TEXT:
-            event = msg.json()
-            if event["type"] in ("done", "error", "cancelled"):
-                assert event["type"] == "done", event
-                return heard
-    raise AssertionError("the socket closed before the context ended")
+    event, heard = await hear_context(ws)
+    assert event["type"] == "done", event
+    return heard
 
 
 async def _speak_on_both(s: aiohttp.ClientSession, port: int,
