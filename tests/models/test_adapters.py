@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
+from livekit.plugins import veena
 from safetensors.torch import load_file, save_file
 
-from livekit.plugins import veena
 from livekit.plugins.veena import cli
 from livekit.plugins.veena.models.adapters import (
     CONFIG_FILE,
@@ -22,7 +22,8 @@ from livekit.plugins.veena.models.loading import load_pipeline, serve_adapters
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.models.tiny_model import make_random_adapter
 from livekit.plugins.veena.pipeline.adapters import AdapterSet, lora_rank_for
-from livekit.plugins.veena.pipeline.engine import EngineOptions, VllmEngine, with_adapters
+from livekit.plugins.veena.pipeline.engine import EngineOptions, VllmEngine
+from livekit.plugins.veena.pipeline.engine_args import with_adapters
 from livekit.plugins.veena.voices.call_voice import resolve_voice
 from livekit.plugins.veena.voices.files import VoiceFile, VoiceFileError, parse_voice
 

@@ -152,7 +152,7 @@ def test_a_front_end_of_a_shared_core_fills_its_share_of_the_sequences():
 def test_the_cpu_kv_cache_size_reaches_vllm_in_fractions_of_a_gib(monkeypatch):
     """``VEENA_CPU_KVCACHE_GIB`` takes fractions (a tiny model needs MiB, and the cache is
     touched memory); a size out of range is refused before vLLM sees it."""
-    from livekit.plugins.veena.pipeline.engine import engine_args
+    from livekit.plugins.veena.pipeline.engine_args import engine_args
 
     monkeypatch.setenv("VEENA_CPU_KVCACHE_GIB", "0.25")
     assert engine_args(EngineOptions.from_env("m")).kv_cache_memory_bytes == 1 << 28

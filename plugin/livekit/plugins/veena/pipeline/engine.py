@@ -14,12 +14,13 @@ import multiprocessing
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import AsyncIterator, Callable, Sequence
 
-from ..validation import check_float, check_int, check_int_list, is_int
-from .adapters import VLLM_LORA_RANKS, Adapter, AdapterSet, lora_rank_for
-from .engine_options import MAX_TOKEN_ID, EngineOptions, SamplingOptions, has_cuda
+from ..validation import check_int_list
+from .adapters import Adapter, AdapterSet
+from .engine_args import check_fits_started, engine_args, with_adapters
+from .engine_options import MAX_TOKEN_ID, EngineOptions, SamplingOptions
 
 logger = logging.getLogger(__name__)
 
@@ -97,62 +98,6 @@ def _model_missing(error: BaseException) -> bool:
             return True
         e = e.__cause__ or e.__context__
     return False
-
-
-def engine_args(opts: EngineOptions):
-    """vLLM's ``AsyncEngineArgs`` for ``opts``: one place, so that a shared engine core and
-    its front ends (``server/shared_engine``) build the same config."""
-    from vllm.engine.arg_utils import AsyncEngineArgs
-
-    cpu_cache = {} if has_cuda() else {"kv_cache_memory_bytes": _kv_cache_bytes(opts)}
-    lora = _lora_args(opts)
-
-    return AsyncEngineArgs(
-        model=opts.model,
-        tokenizer=opts.tokenizer or opts.model,
-        dtype=opts.dtype,
-        max_model_len=opts.max_model_len,
-        gpu_memory_utilization=opts.gpu_memory_utilization,
-        enforce_eager=opts.enforce_eager,
-        seed=opts.seed,
-        tensor_parallel_size=opts.tensor_parallel_size,
-        max_num_seqs=opts.max_num_seqs,
-        load_format=opts.load_format,
-        disable_log_stats=True,
-        **cpu_cache,
-        **lora,
-    )
-
-
-def with_adapters(opts: EngineOptions, adapters: AdapterSet) -> EngineOptions:
-    """``opts`` with LoRA settled for the adapters registered so far: on where any is
-    (unless set off), and a ``max_lora_rank`` that holds the largest, at least 16 (room for
-    the usual ranks of adapters registered once the engine runs)."""
-    enable = opts.enable_lora if opts.enable_lora is not None else len(adapters) > 0
-    rank = opts.max_lora_rank
-    if enable and rank is None:
-        rank = max(16, lora_rank_for(adapters.max_rank)) if len(adapters) else 16
-    return replace(opts, enable_lora=enable, max_lora_rank=rank)
-
-
-def _lora_args(opts: EngineOptions) -> dict:
-    if not opts.enable_lora:
-        return {"enable_lora": False}
-    max_loras = check_int("max_loras", opts.max_loras, 1, 256)
-    rank = opts.max_lora_rank if opts.max_lora_rank is not None else 16
-    if not is_int(rank) or rank not in VLLM_LORA_RANKS:
-        raise ValueError(f"max_lora_rank must be one of {', '.join(map(str, VLLM_LORA_RANKS))}, "
-                         f"got {rank!r}")
-    cpu = opts.max_cpu_loras
-    if cpu is not None:
-        cpu = check_int("max_cpu_loras", cpu, max_loras, 4096)
-    return {"enable_lora": True, "max_loras": max_loras, "max_lora_rank": rank,
-            "max_cpu_loras": cpu}
-
-
-def _kv_cache_bytes(opts: EngineOptions) -> int:
-    gib = check_float("cpu_kvcache_space_gib", opts.cpu_kvcache_space_gib, 1 / 1024, 4096)
-    return int(gib * 2**30)
 
 
 class VllmEngine:
@@ -321,16 +266,10 @@ class VllmEngine:
                 logger.exception("engine-dead listener failed")
 
     def add_adapter(self, name: str, path: str, rank: int, alpha: float) -> Adapter:
-        """Serve a checked adapter (``models.adapters.check_adapter``) under ``name``. Before
-        the start, any rank fits (the start sizes LoRA for it); after, the engine must have
-        started with LoRA on and a ``max_lora_rank`` that holds it (ValueError)."""
+        """Serve a checked adapter (``models.adapters.check_adapter``) as ``name``: any rank
+        before the start (which sizes LoRA for it), after it one the engine fits (ValueError)."""
         if self._start_task is not None:
-            if not self.options.enable_lora:
-                raise ValueError("this engine started without LoRA: set VEENA_ENABLE_LORA=1 "
-                                 "(or register an adapter before it starts)")
-            if rank > (self.options.max_lora_rank or 0):
-                raise ValueError(f"adapter rank {rank} is above this engine's max_lora_rank "
-                                 f"{self.options.max_lora_rank} (VEENA_MAX_LORA_RANK)")
+            check_fits_started(self.options, rank)
         adapter = self.adapters.add(name, path, rank, alpha)
         logger.info("adapter registered", extra={"adapter": name, "lora_int_id": adapter.int_id,
                                                  "rank": rank, "path": path})

@@ -19,7 +19,7 @@ from multiprocessing.process import BaseProcess
 from typing import Callable
 
 from ..models.loading import engine_options_of
-from ..pipeline.engine import engine_args
+from ..pipeline.engine_args import engine_args
 
 logger = logging.getLogger(__name__)
 
