@@ -4,6 +4,7 @@ from the command line), and nothing of it reaches the engine. No engine starts h
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,25 @@ async def test_a_call_keeps_its_adapter_voice_stream_after_stream():
         await tts.synthesize("Hello there.").collect()
         assert set(p.engine.adapters_asked[len(asked):]) == {None}
         await tts.aclose()
+
+
+def test_processes_sharing_an_engine_start_lora_alike(good, tmp_path, monkeypatch):
+    """``serve`` settles LoRA in its environment before it starts a shared core and its
+    front ends: on, with a rank that holds every configured adapter (VEENA_LORA and the
+    adapters folder), so that the core, which registers none, is sized as they are."""
+    from livekit.plugins.veena.models.adapters import settle_lora_env
+
+    # empty is unset; monkeypatch puts back what was there, whatever settle_lora_env writes
+    for name in ("VEENA_ENABLE_LORA", "VEENA_MAX_LORA_RANK", "VEENA_ADAPTERS_DIR", "VEENA_LORA"):
+        monkeypatch.setenv(name, "")
+    settle_lora_env()
+    assert os.environ["VEENA_ENABLE_LORA"] == ""  # nothing configured: LoRA stays off
+    folder = tmp_path / "adapters"
+    folder.mkdir()
+    big = _copy(good, folder / "big", lambda c: {**c, "r": 24})
+    assert big.is_dir()
+    monkeypatch.setenv("VEENA_ADAPTERS_DIR", str(folder))
+    monkeypatch.setenv("VEENA_LORA", f"acme={good}")
+    settle_lora_env()
+    assert os.environ["VEENA_ENABLE_LORA"] == "1" and os.environ["VEENA_MAX_LORA_RANK"] == "32"
+    assert EngineOptions.from_env("m").enable_lora is True

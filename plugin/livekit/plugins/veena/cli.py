@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                     extra={"dir": str(path)})
         return 0
     if args.command == "serve":
-        from .models.adapters import lora_from_env, parse_lora_specs
+        from .models.adapters import lora_from_env, parse_lora_specs, settle_lora_env
         from .models.loading import pipeline_options_from_env
         from .server.app import ServerOptions, run_server
         from .server.workers import run_workers
@@ -309,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.lora:  # every worker's pipeline serves them, as VEENA_LORA's
                 lora = {**lora_from_env(), **parse_lora_specs(args.lora)}
                 os.environ["VEENA_LORA"] = " ".join(f"{n}={p}" for n, p in lora.items())
+            settle_lora_env()  # a shared core and its front ends start LoRA alike
             port = check_int("port", args.port if args.port is not None
                              else env_int("VEENA_PORT", 8700), 0, 65535)
             workers = args.workers if args.workers is not None else env_int(

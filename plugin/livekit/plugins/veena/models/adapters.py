@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,3 +240,30 @@ def download_adapters(lora: Mapping[str, str], *, endpoint: str | None = None,
     ``download-files`` with ``VEENA_LORA``): their local folders, in order."""
     return [adapter_folder(location, endpoint=endpoint, cache_dir=cache_dir)
             for location in lora.values()]
+
+
+def settle_lora_env() -> None:
+    """Processes that share one engine (a shared core and its front ends, ``serve --workers
+    N --shared-engine``) must start LoRA alike, but only the front ends register adapters.
+    Where adapters are configured (``VEENA_LORA``, ``VEENA_ADAPTERS_DIR``) and LoRA is left
+    on auto, turn it on and fix ``VEENA_MAX_LORA_RANK`` from their configs (at least 16),
+    in this process's environment, which every process it starts inherits."""
+    from ..pipeline.adapters import lora_rank_for
+    from ..settings import env_bool_or_auto
+
+    folders = [adapter_folder(location) for location in lora_from_env().values()]
+    root = env_str("VEENA_ADAPTERS_DIR", "")
+    if root and Path(root).is_dir():
+        folders += [p for p in Path(root).iterdir()
+                    if p.is_dir() and (p / CONFIG_FILE).is_file() and not p.name.startswith(".")]
+    if not folders and not root or env_bool_or_auto("VEENA_ENABLE_LORA", None) is not None:
+        return
+    ranks = []
+    for folder in folders:
+        try:
+            ranks.append(_config(folder, MAX_ADAPTER_RANK)[0])
+        except AdapterError as e:  # served by none of the processes: its rank does not count
+            logger.warning("adapter not counted for the engine's LoRA rank: %s", e)
+    os.environ["VEENA_ENABLE_LORA"] = "1"
+    if not env_str("VEENA_MAX_LORA_RANK", ""):
+        os.environ["VEENA_MAX_LORA_RANK"] = str(max(16, lora_rank_for(max(ranks, default=1))))
