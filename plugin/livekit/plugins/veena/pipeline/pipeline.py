@@ -199,9 +199,9 @@ class Pipeline:
             if lora is None:
                 raise ValueError(f"unknown adapter {adapter!r}; registered: "
                                  f"{', '.join(self.engine.adapters.names) or 'none'}")
+        speakers = {} if lora is None else {"speakers": (adapter,)}
         voice, globals_ = self.family.check_voice(
-            self.profile.default_voice if voice is None else voice, speaker_globals,
-            (adapter,) if lora is not None else ())
+            self.profile.default_voice if voice is None else voice, speaker_globals, **speakers)
         sampling = (sampling or self.sampling.defaults()).validate()
         if seed is None:
             seed = sampling.seed if sampling.seed is not None else draw_seed()

@@ -324,16 +324,18 @@ class RequestRun:
         try:
             capture = (p.family.capture_sampling(syn.sampling, p.table)
                        if syn.speaker_globals is None else None)
-            speakers = (syn.adapter.name,) if syn.adapter is not None else ()
+            # an adapter's name is a speaker name too (asked of a family only then: a family
+            # written before adapters keeps working for every other request)
+            speakers = {} if syn.adapter is None else {"speakers": (syn.adapter.name,)}
             if capture is not None:  # capture the speaker tokens, then continue with them
                 prompt = p.family.prompt(p.engine.tokenizer, self._text, syn.voice, None,
-                                         speakers)
+                                         **speakers)
                 await self._generate(prompt, capture, f"{self.request_id}.globals")
                 if syn.speaker_globals is None:
                     raise EngineError(f"request {self.request_id} produced no complete set of "
                                       "speaker tokens")
             prompt = p.family.prompt(p.engine.tokenizer, self._text, syn.voice,
-                                     syn.speaker_globals, speakers)
+                                     syn.speaker_globals, **speakers)
             await self._generate(prompt, p.sampling.main(syn.sampling, self._text, len(prompt), p.table),
                                  self.request_id)
             self._no_more_steps()

@@ -73,8 +73,8 @@ def resolve_voice(profile: Any, voice: Any, *, seed: Any = None,
     if adapter is not None and adapter not in adapters:
         raise ValueError(f"the voice names adapter {adapter!r}, which is not registered "
                          f"(registered: {', '.join(sorted(adapters)) or 'none'})")
-    checked, globals_ = family.check_voice(voice, speaker_globals,
-                                           (adapter,) if adapter is not None else ())
+    speakers = {} if adapter is None else {"speakers": (adapter,)}
+    checked, globals_ = family.check_voice(voice, speaker_globals, **speakers)
     if seed is not None:
         seed = check_int("seed", seed, 0, MAX_SEED)
     return Voice(checked, globals_, seed, file, adapter)
