@@ -133,6 +133,19 @@ class ParseStats:
     stopped: bool = False
 
 
+@dataclass(frozen=True)
+class _Delta:
+    """What ``SnacFramer._read`` found in one delta."""
+
+    tokens: int
+    """Tokens read: up to and with a stop token."""
+    stopped: bool
+    other_tokens: int
+    codes: np.ndarray
+    valid: np.ndarray
+    """Per code: in its position's band."""
+
+
 class SnacFramer:
     """Collects 7-token SNAC frames. A token of the wrong band is counted, logged once per
     request, and handled by the profile's ``out_of_range_codes`` policy."""
@@ -163,23 +176,24 @@ class SnacFramer:
             token_ids = list(token_ids)
         if len(token_ids) < self.VECTOR_MIN:
             return self._feed_short(token_ids)
-        ids = np.asarray(token_ids, dtype=np.int64)
-        if self._policy != "drop_frame" and not self._all_in_band(ids):
+        delta = self._read(np.asarray(token_ids, dtype=np.int64))
+        if self._policy != "drop_frame" and not delta.valid.all():
             return self._feed_short(token_ids)  # the rare delta the policy must walk
-        return self._feed_vector(ids)
+        return self._feed_vector(delta)
 
-    def _all_in_band(self, ids: np.ndarray) -> bool:
-        """Whether every audio code of ``ids`` (up to a stop) is in its position's band."""
+    def _read(self, ids: np.ndarray) -> _Delta:
+        """A delta's audio codes (up to a stop), each against its band position from where
+        the last delta left off, through the table in numpy; no state changes."""
         kind = self._kind
         known = (ids >= 0) & (ids < len(kind))
         kinds = np.where(known, kind[np.where(known, ids, 0)], KIND_OTHER)
         stops = np.flatnonzero(kinds == KIND_STOP)
-        if stops.size:
+        if stops.size:  # the stop token counts as read; nothing after it does
             ids, kinds = ids[:stops[0]], kinds[:stops[0]]
         values = self._value[ids[kinds == KIND_AUDIO]]
-        n, width = self._n, self._width
-        codes = values - ((self._pos + np.arange(values.size)) % n) * width
-        return bool(((codes >= 0) & (codes < width)).all())
+        codes = values - ((self._pos + np.arange(values.size)) % self._n) * self._width
+        return _Delta(int(stops[0]) + 1 if stops.size else int(ids.size), bool(stops.size),
+                      int(ids.size - values.size), codes, (codes >= 0) & (codes < self._width))
 
     def _feed_short(self, token_ids) -> list[np.ndarray]:
         frames: list[np.ndarray] = []
@@ -220,9 +234,12 @@ class SnacFramer:
                     stats.frames += 1
         return frames
 
-    def _out_of_band(self) -> None:
-        self.stats.invalid_codes += 1
-        if self.stats.invalid_codes == 1:
+    def _out_of_band(self, count: int = 1) -> None:
+        if count <= 0:
+            return
+        first = self.stats.invalid_codes == 0
+        self.stats.invalid_codes += count
+        if first:
             logger.warning("an audio token outside its band", extra={
                 "request_id": self._request_id, "policy": self._policy})
 
@@ -232,30 +249,17 @@ class SnacFramer:
                        extra={"request_id": self._request_id,
                               "invalid_frames": self.stats.invalid_frames})
 
-    def _feed_vector(self, ids: np.ndarray) -> list[np.ndarray]:
-        """The whole delta at once: its kinds and values through the table, each audio
-        code's band position from where the last delta left off, and every frame it
-        completes checked in one comparison."""
-        kind = self._kind
-        known = (ids >= 0) & (ids < len(kind))
-        kinds = np.where(known, kind[np.where(known, ids, 0)], KIND_OTHER)
-        stops = np.flatnonzero(kinds == KIND_STOP)
-        if stops.size:  # the stop token counts as read; nothing after it does
-            ids, kinds = ids[:stops[0]], kinds[:stops[0]]
-            self.stats.tokens += int(stops[0]) + 1
-            self.stats.stopped = True
-        else:
-            self.stats.tokens += int(ids.size)
-        audio = kinds == KIND_AUDIO
-        values = self._value[ids[audio]]
-        self.stats.other_tokens += int(ids.size - values.size)
-        if values.size == 0:
+    def _feed_vector(self, delta: _Delta) -> list[np.ndarray]:
+        """The whole delta at once (``_read``): every frame it completes checked in one
+        comparison."""
+        self.stats.tokens += delta.tokens
+        self.stats.stopped = self.stats.stopped or delta.stopped
+        self.stats.other_tokens += delta.other_tokens
+        codes, valid = delta.codes, delta.valid
+        if codes.size == 0:
             return []
-        n, width, pos = self._n, self._width, self._pos
-        codes = values - ((pos + np.arange(values.size)) % n) * width
-        valid = (codes >= 0) & (codes < width)
-        for _ in range(int(valid.size - np.count_nonzero(valid))):
-            self._out_of_band()
+        self._out_of_band(int(valid.size - np.count_nonzero(valid)))
+        n, pos = self._n, self._pos
         if pos:  # the frame the last delta began
             codes = np.concatenate((self._current[:pos], codes))
             valid = np.concatenate((np.full(pos, not self._bad), valid))
