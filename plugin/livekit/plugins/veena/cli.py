@@ -62,7 +62,7 @@ def _resolve_model(model: str | None, profile: str | None = None) -> str:
 
 async def _say(args: argparse.Namespace) -> int:
     from .models import loading
-    from .models.adapters import lora_from_env, parse_lora_specs
+    from .models.adapters import lora_from_env
     from .models.profiles import resolve_profile
     from .pipeline.stitching import to_int16
     from .pipeline.tags import strip_unknown_tags
@@ -71,7 +71,7 @@ async def _say(args: argparse.Namespace) -> int:
     model = _resolve_model(args.model, args.profile)
     profile = resolve_profile(model, args.profile)
     try:  # a saved voice and the adapters are read and checked before any engine work
-        lora = {**lora_from_env(), **parse_lora_specs(args.lora)}
+        lora = lora_from_env(args.lora)
         voice = resolve_voice(profile, profile.default_voice if args.voice is None else args.voice,
                               seed=args.seed, lookup=voice_file_at(profile), adapters=lora)
         pipeline = loading.load_pipeline(model, profile=profile, lora=lora)
@@ -272,13 +272,13 @@ def main(argv: list[str] | None = None) -> int:
             logger.error("%s", e)
             return 2
     if args.command == "download":
-        from .models.adapters import download_adapters, lora_from_env, parse_lora_specs
+        from .models.adapters import download_adapters, lora_from_env
         from .models.download import DownloadError, download_model
 
         if args.model and args.model_option and args.model != args.model_option:
             parser.error(f"two models given: {args.model} and --model {args.model_option}")
         try:
-            lora = {**lora_from_env(), **parse_lora_specs(args.lora)}
+            lora = lora_from_env(args.lora)
             folders = download_model(args.model or args.model_option, profile=args.profile)
             for folder in [*folders, *download_adapters(lora)]:
                 sys.stdout.write(f"{folder}\n")
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                     extra={"dir": str(path)})
         return 0
     if args.command == "serve":
-        from .models.adapters import lora_from_env, parse_lora_specs, settle_lora_env
+        from .models.adapters import lora_from_env, settle_lora_env
         from .models.loading import pipeline_options_from_env
         from .server.app import ServerOptions, run_server
         from .server.workers import run_workers
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             ServerOptions.from_env()
             pipeline_options_from_env()
             if args.lora:  # every worker's pipeline serves them, as VEENA_LORA's
-                lora = {**lora_from_env(), **parse_lora_specs(args.lora)}
+                lora = lora_from_env(args.lora)
                 os.environ["VEENA_LORA"] = " ".join(f"{n}={p}" for n, p in lora.items())
             settle_lora_env()  # a shared core and its front ends start LoRA alike
             port = check_int("port", args.port if args.port is not None

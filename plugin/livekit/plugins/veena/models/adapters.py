@@ -72,9 +72,10 @@ def parse_lora_specs(specs: Iterable[str] | str | None) -> dict[str, str]:
     return found
 
 
-def lora_from_env() -> dict[str, str]:
-    """``VEENA_LORA``: adapters every pipeline of this process registers."""
-    return parse_lora_specs(env_str("VEENA_LORA", ""))
+def lora_from_env(given: Iterable[str] = ()) -> dict[str, str]:
+    """``VEENA_LORA``'s adapters (every pipeline of this process registers them), then
+    ``given`` (``--lora`` items; a name given again wins)."""
+    return {**parse_lora_specs(env_str("VEENA_LORA", "")), **parse_lora_specs(given)}
 
 
 def check_name(name: Any) -> str:
@@ -126,7 +127,21 @@ def base_shapes(model: str) -> tuple[int, dict[str, tuple[int, int]]]:
     }
 
 
-def _config(folder: Path, max_rank: int) -> tuple[int, float, tuple[str, ...]]:
+def adapter_folders(root: str | Path) -> dict[str, Path]:
+    """Each folder directly under ``root`` that holds an adapter config, by its name (a name
+    that cannot be an adapter's is skipped; so is a hidden folder)."""
+    found = {}
+    for path in sorted(Path(root).iterdir()):
+        if path.is_dir() and (path / CONFIG_FILE).is_file() and not path.name.startswith("."):
+            try:
+                found[check_name(path.name)] = path
+            except AdapterError:
+                logger.warning("skipped a folder whose name is not an adapter name",
+                               extra={"folder": str(path)})
+    return found
+
+
+def _config(folder: Path) -> tuple[int, float, tuple[str, ...]]:
     path = folder / CONFIG_FILE
     try:
         config = json.loads(path.read_text())
@@ -140,8 +155,9 @@ def _config(folder: Path, max_rank: int) -> tuple[int, float, tuple[str, ...]]:
     if config.get("peft_type", "LORA") != "LORA":
         raise AdapterError(f"{path}: peft_type {config.get('peft_type')!r} is not LORA")
     rank = config.get("r")
-    if not isinstance(rank, int) or isinstance(rank, bool) or not 1 <= rank <= max_rank:
-        raise AdapterError(f"{path}: rank r must be an int in [1, {max_rank}], got {rank!r}")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 1 <= rank <= MAX_ADAPTER_RANK:
+        raise AdapterError(f"{path}: rank r must be an int in [1, {MAX_ADAPTER_RANK}], "
+                           f"got {rank!r}")
     alpha = config.get("lora_alpha", rank)
     if (not isinstance(alpha, (int, float)) or isinstance(alpha, bool)
             or not math.isfinite(alpha) or alpha <= 0):
@@ -166,12 +182,11 @@ def _config(folder: Path, max_rank: int) -> tuple[int, float, tuple[str, ...]]:
     return rank, float(alpha), tuple(sorted(set(targets)))
 
 
-def check_adapter(location: str, model_dir: str, *, max_rank: int = MAX_ADAPTER_RANK
-                  ) -> CheckedAdapter:
+def check_adapter(location: str, model_dir: str) -> CheckedAdapter:
     """Read and check one adapter against the base model in ``model_dir`` (blocking: it
     reads every tensor; call it off the event loop)."""
     folder = adapter_folder(location)
-    rank, alpha, targets = _config(folder, max_rank)
+    rank, alpha, targets = _config(folder)
     layers, shapes = base_shapes(model_dir)
     weights = folder / WEIGHTS_FILE
     if not weights.is_file():
@@ -248,22 +263,23 @@ def settle_lora_env() -> None:
     Where adapters are configured (``VEENA_LORA``, ``VEENA_ADAPTERS_DIR``) and LoRA is left
     on auto, turn it on and fix ``VEENA_MAX_LORA_RANK`` from their configs (at least 16),
     in this process's environment, which every process it starts inherits."""
-    from ..pipeline.adapters import lora_rank_for
+    from ..pipeline.adapters import served_rank
     from ..settings import env_bool_or_auto
 
+    if env_bool_or_auto("VEENA_ENABLE_LORA", None) is not None:
+        return  # set: every process reads the same
     folders = [adapter_folder(location) for location in lora_from_env().values()]
     root = env_str("VEENA_ADAPTERS_DIR", "")
     if root and Path(root).is_dir():
-        folders += [p for p in Path(root).iterdir()
-                    if p.is_dir() and (p / CONFIG_FILE).is_file() and not p.name.startswith(".")]
-    if not folders and not root or env_bool_or_auto("VEENA_ENABLE_LORA", None) is not None:
+        folders += adapter_folders(root).values()
+    if not folders and not root:
         return
     ranks = []
     for folder in folders:
         try:
-            ranks.append(_config(folder, MAX_ADAPTER_RANK)[0])
+            ranks.append(_config(folder)[0])
         except AdapterError as e:  # served by none of the processes: its rank does not count
             logger.warning("adapter not counted for the engine's LoRA rank: %s", e)
     os.environ["VEENA_ENABLE_LORA"] = "1"
     if not env_str("VEENA_MAX_LORA_RANK", ""):
-        os.environ["VEENA_MAX_LORA_RANK"] = str(max(16, lora_rank_for(max(ranks, default=1))))
+        os.environ["VEENA_MAX_LORA_RANK"] = str(served_rank(max(ranks, default=0)))

@@ -54,6 +54,13 @@ def lora_rank_for(rank: int) -> int:
     raise ValueError(f"adapter rank {rank} is above vLLM's largest ({VLLM_LORA_RANKS[-1]})")
 
 
+def served_rank(largest: int) -> int:
+    """The ``max_lora_rank`` an engine starts with for adapters up to rank ``largest`` (0:
+    none yet): vLLM's next allowed rank, and at least 16, room for the usual ranks of
+    adapters registered once it runs."""
+    return max(16, lora_rank_for(max(1, largest)))
+
+
 class AdapterSet:
     """The adapters one engine serves, by name."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..validation import check_float, check_int, is_int
-from .adapters import VLLM_LORA_RANKS, AdapterSet, lora_rank_for
+from .adapters import VLLM_LORA_RANKS, AdapterSet, served_rank
 from .engine_options import EngineOptions, has_cuda
 
 
@@ -38,12 +38,11 @@ def engine_args(opts: EngineOptions):
 
 def with_adapters(opts: EngineOptions, adapters: AdapterSet) -> EngineOptions:
     """``opts`` with LoRA settled for the adapters registered so far: on where any is
-    (unless set off), and a ``max_lora_rank`` that holds the largest, at least 16 (room for
-    the usual ranks of adapters registered once the engine runs)."""
+    (unless set off), and a ``max_lora_rank`` that holds the largest (``served_rank``)."""
     enable = opts.enable_lora if opts.enable_lora is not None else len(adapters) > 0
     rank = opts.max_lora_rank
     if enable and rank is None:
-        rank = max(16, lora_rank_for(adapters.max_rank)) if len(adapters) else 16
+        rank = served_rank(adapters.max_rank)
     return replace(opts, enable_lora=enable, max_lora_rank=rank)
 
 

@@ -22,8 +22,8 @@ from ..models.adapters import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     AdapterError,
+    adapter_folders,
     check_adapter,
-    check_name,
     register_adapter,
 )
 from ..pipeline.adapters import Adapter
@@ -33,20 +33,6 @@ logger = logging.getLogger(__name__)
 
 REMOVED = ".removed"
 """Where a removed adapter's folder goes, inside ``VEENA_ADAPTERS_DIR`` (never scanned)."""
-
-
-def adapter_folders(root: str | Path) -> dict[str, Path]:
-    """Each folder directly under ``root`` that holds an adapter config, by its name (a name
-    that cannot be an adapter's is skipped)."""
-    found = {}
-    for path in sorted(Path(root).iterdir()):
-        if path.is_dir() and (path / CONFIG_FILE).is_file() and not path.name.startswith("."):
-            try:
-                found[check_name(path.name)] = path
-            except AdapterError:
-                logger.warning("skipped a folder whose name is not an adapter name",
-                               extra={"folder": str(path)})
-    return found
 
 
 def load_folder(pipeline: Pipeline, root: str) -> None:
