@@ -14,6 +14,7 @@ from livekit.plugins.veena.models import profiles
 from livekit.plugins.veena.models.loading import load_pipeline
 from livekit.plugins.veena.models.tiny_model import make_tiny_model
 from livekit.plugins.veena.pipeline import family
+from livekit.plugins.veena.pipeline.guards import guard_counts
 from livekit.plugins.veena.pipeline.options import PipelineOptions
 from livekit.plugins.veena.server.app import ServerOptions
 
@@ -43,6 +44,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("own-engines"))
         if item.get_closest_marker("engine") is not None:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _no_guard_fires(request):
+    """A guard that fires in a test not written to make it fire (marker ``guards``) fails
+    it: the guards never cut a normal stream, the tiny models' included."""
+    before = guard_counts()
+    yield
+    if request.node.get_closest_marker("guards") is None:
+        after = guard_counts()
+        fired = {g: after[g] - before[g] for g in after if after[g] != before[g]}
+        assert not fired, f"guards fired in this test: {fired}"
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """A pipeline for server tests that need no vLLM and no torch: the product's own Pipeline,
 Turn, scheduler, windowing and stitching over a fake engine (random SNAC frames, one frame
-per loop turn, optionally held at a gate) and a codec that decodes to silence.
+per loop turn, optionally held at a gate) and a codec that decodes to a quiet tone.
 
 It makes the server's own logic (context lifecycles, admission, aborts, bad input) testable
 in bounded time, and lets a test see the engine's work directly: tokens produced so far and
@@ -112,22 +112,87 @@ class FakeEngine:
         return None
 
 
-class SilentCodec:
-    """SNAC's shape (24 kHz, 2048 samples per frame), decoding to silence at no cost."""
+class ToneCodec:
+    """SNAC's shape (24 kHz, 2048 samples per frame), decoding every frame to one quiet
+    tone at almost no cost: never silence, which the silence guard would cut."""
 
-    name, sample_rate, samples_per_step = "silent", 24000, 2048
+    name, sample_rate, samples_per_step = "tone", 24000, 2048
+    _tone = (0.1 * np.sin(np.arange(2048) * 2 * np.pi * 375 / 24000)).astype(np.float32)
 
     def decode(self, batch):
-        return [np.zeros(b.codes.shape[0] * self.samples_per_step, np.float32) for b in batch]
+        return [np.tile(self._tone, b.codes.shape[0]) for b in batch]
 
     def warmup(self) -> None:
         pass
 
 
+class ScriptedEngine(FakeEngine):
+    """Plays one scripted token list per request, in order (the last one again once they run
+    out), ``delta`` tokens at a time and within ``max_tokens``; records each request's
+    prompt and sampling. Failure modes are crafted as scripts (``frames``, ``STOP``)."""
+
+    def __init__(self, scripts: Sequence[Sequence[int]] | dict[str, Sequence[int]],
+                 delta: int = 7, **kw) -> None:
+        """``scripts``: in request order, or by request id (``"*"``: any other)."""
+        super().__init__(**kw)
+        self.scripts = scripts
+        self.delta = delta
+        self.requests: list[tuple[str, list[int], SamplingOptions]] = []
+
+    async def generate(self, prompt: Sequence[int], sampling: SamplingOptions,
+                       request_id: str | None = None, adapter=None) -> AsyncIterator[list[int]]:
+        rid = request_id or self.new_request_id()
+        if isinstance(self.scripts, dict):
+            script = list(self.scripts.get(rid, self.scripts.get("*", [])))
+        else:
+            script = list(self.scripts[min(len(self.requests), len(self.scripts) - 1)])
+        self.requests.append((rid, list(prompt), sampling))
+        self.adapters_asked.append(None if adapter is None else adapter.name)
+        script = script[:sampling.max_tokens or len(script)]
+        self.live.add(rid)
+        finished = False
+        try:
+            for k in range(0, len(script), self.delta):
+                await asyncio.sleep(0)
+                ids = script[k:k + self.delta]
+                self.tokens_out += len(ids)
+                self.last_output = time.monotonic()
+                finished = k + self.delta >= len(script)  # its last output: not aborted
+                yield ids
+        finally:
+            self.live.discard(rid)
+            if not finished:
+                self.aborted.append(rid)
+
+
+STOP = VEENA.stop_token_ids[0]
+
+
+def frames(codes) -> list[int]:
+    """SNAC tokens of frames given as rows of 7 codes (or one code per frame, repeated)."""
+    out: list[int] = []
+    for row in codes:
+        row = [int(row)] * 7 if np.ndim(row) == 0 else [int(c) for c in row]
+        out += [VEENA.audio_token_base + p * 4096 + c for p, c in enumerate(row)]
+    return out
+
+
+class LevelCodec(ToneCodec):
+    """SNAC's shape; a frame whose first code is 0 decodes to silence, any other to a tone
+    at half scale: a test writes silence into a token script."""
+
+    name = "level"
+    _tone = 5 * ToneCodec._tone
+
+    def decode(self, batch):
+        return [np.concatenate([self._tone * (row[0] != 0) for row in b.codes])
+                if len(b.codes) else np.zeros(0, np.float32) for b in batch]
+
+
 @contextlib.asynccontextmanager
 async def fake_pipeline(**engine_kw):
-    """A started Pipeline over ``FakeEngine(**engine_kw)`` and ``SilentCodec``."""
-    p = Pipeline(FakeEngine(**engine_kw), SilentCodec(), VEENA, PipelineOptions())
+    """A started Pipeline over ``FakeEngine(**engine_kw)`` and ``ToneCodec``."""
+    p = Pipeline(FakeEngine(**engine_kw), ToneCodec(), VEENA, PipelineOptions())
     await p.start()
     try:
         yield p

@@ -25,7 +25,7 @@ from livekit.plugins.veena.models.profiles import MAYA1
 from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
-from ..fakes import FakeEngine, SilentCodec
+from ..fakes import FakeEngine, ToneCodec
 
 SOH, BOS, EOT, EOH, SOA, SOS, EOS_SPEECH = 128259, 128000, 128009, 128260, 128261, 128257, 128258
 
@@ -128,7 +128,7 @@ class _CountingEngine(FakeEngine):
 
 @contextlib.asynccontextmanager
 async def _fake_maya1():
-    p = Pipeline(_CountingEngine(), SilentCodec(), MAYA1, PipelineOptions())
+    p = Pipeline(_CountingEngine(), ToneCodec(), MAYA1, PipelineOptions())
     await p.start()
     try:
         yield p
@@ -190,7 +190,9 @@ async def test_accepted_voices_reach_the_prompt(voice, spoken):
         t = veena.TTS(pipeline=p, voice=voice)
         assert t.voice == (voice if voice in MAYA1.voices else spoken)
         t.update_options(voice=voice)
-        pcm = await p.synthesize("Hi there.", voice=voice, seed=1).collect()
+        # a budget of its own: the fake engine never stops (the runaway guard's case)
+        budget = replace(p.sampling.defaults(), max_tokens=7 * 20)
+        pcm = await p.synthesize("Hi there.", voice=voice, seed=1, sampling=budget).collect()
         assert len(pcm) > 0
         ((prompt, sampling),) = p.engine.requests
         assert prompt == _fake_prompt(p, "Hi there.", spoken)
@@ -295,7 +297,7 @@ async def test_the_planner_counts_no_trimmed_audio_as_heard():
     assert planner.first_audio_at == 10.0
     assert planner.buffer_s(10.0) == pytest.approx(3 * 2048 / 24000)
 
-    p = Pipeline(FakeEngine(), SilentCodec(), MAYA1, PipelineOptions(adaptive_windows=True))
+    p = Pipeline(FakeEngine(), ToneCodec(), MAYA1, PipelineOptions(adaptive_windows=True))
     await p.start()
     try:
         heard = []

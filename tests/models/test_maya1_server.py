@@ -17,7 +17,7 @@ from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.protocol import ERROR_CODES
 from livekit.plugins.veena.server.app import ServerOptions
 
-from ..fakes import FakeEngine, SilentCodec
+from ..fakes import FakeEngine, ToneCodec
 from ..servers import serve_app
 
 MAX_MESSAGES = 10_000  # messages read while waiting for one: a hang guard only
@@ -36,7 +36,7 @@ class _RecordingEngine(FakeEngine):
 @contextlib.asynccontextmanager
 async def _maya1_server():
     """A maya1 server over the recording fake engine; yields (URL, engine)."""
-    p = Pipeline(_RecordingEngine(), SilentCodec(), MAYA1, PipelineOptions())
+    p = Pipeline(_RecordingEngine(), ToneCodec(), MAYA1, PipelineOptions())
     await p.start()
     try:
         async with serve_app(p, ServerOptions()) as (url, _):

@@ -22,7 +22,7 @@ from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.server.state import STATE_KEY
 from livekit.plugins.veena.voices.files import design_voice
 
-from ..fakes import FakeEngine, SilentCodec, _Tokenizer
+from ..fakes import FakeEngine, ToneCodec, _Tokenizer
 from ..servers import serve_app
 
 DESCRIPTION = "Gravelly male voice in his 60s with a Scottish accent. Slow, kind pacing."
@@ -60,8 +60,8 @@ def _contains(seq: list[int], part: list[int]) -> bool:
 
 @contextlib.asynccontextmanager
 async def recording_pipeline(profile=MAYA1):
-    """A started Pipeline of ``profile`` over a ``RecordingEngine`` and ``SilentCodec``."""
-    p = Pipeline(RecordingEngine(), SilentCodec(), profile, PipelineOptions())
+    """A started Pipeline of ``profile`` over a ``RecordingEngine`` and ``ToneCodec``."""
+    p = Pipeline(RecordingEngine(), ToneCodec(), profile, PipelineOptions())
     await p.start()
     try:
         yield p

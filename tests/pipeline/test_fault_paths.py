@@ -107,9 +107,9 @@ async def test_a_codec_warm_up_that_failed_once_is_tried_again():
     from livekit.plugins.veena.models.profiles import VEENA
     from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
-    from ..fakes import FakeEngine, SilentCodec
+    from ..fakes import FakeEngine, ToneCodec
 
-    class FlakyCodec(SilentCodec):
+    class FlakyCodec(ToneCodec):
         warmups = 0
 
         def warmup(self) -> None:

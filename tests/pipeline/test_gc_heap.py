@@ -17,7 +17,7 @@ from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.gc_heap import FullCollections, full_collections
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
-from ..fakes import FakeEngine, SilentCodec
+from ..fakes import FakeEngine, ToneCodec
 
 
 class _Cycle:
@@ -44,7 +44,7 @@ def thawed():
 
 async def test_start_freezes_what_start_up_left(thawed):
     before = _Cycle()
-    p = Pipeline(FakeEngine(), SilentCodec(), VEENA, PipelineOptions())
+    p = Pipeline(FakeEngine(), ToneCodec(), VEENA, PipelineOptions())
     assert _collectable(before)
     await p.start()
     try:
@@ -62,7 +62,7 @@ async def test_freeze_can_be_turned_off(thawed, monkeypatch):
     options = pipeline_options_from_env()
     assert options.freeze_gc_heap is False
     before = _Cycle()
-    p = Pipeline(FakeEngine(), SilentCodec(), VEENA, options)
+    p = Pipeline(FakeEngine(), ToneCodec(), VEENA, options)
     await p.start()
     try:
         assert _collectable(before)
@@ -165,7 +165,7 @@ def test_not_deferred_is_pythons_schedule(schedule):
 async def test_pipeline_defers_and_a_synthesis_counts_as_playing(thawed):
     thresholds = gc.get_threshold()
     assert not full_collections.deferred
-    p = Pipeline(FakeEngine(), SilentCodec(), VEENA, PipelineOptions())
+    p = Pipeline(FakeEngine(), ToneCodec(), VEENA, PipelineOptions())
     await p.start()
     try:
         assert full_collections.deferred

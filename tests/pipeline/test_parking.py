@@ -22,7 +22,7 @@ from livekit.plugins.veena.pipeline.engine import EngineDeadError
 from livekit.plugins.veena.pipeline.pacing import PacingOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
-from ..fakes import SilentCodec
+from ..fakes import ToneCodec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from _fake_async_llm import FakeAsyncLLM, fake_vllm_engine  # noqa: E402
@@ -88,7 +88,7 @@ class MergingLLM(FakeAsyncLLM):
 def _pipeline(llm: MergingLLM, tick_ms: float) -> Pipeline:
     options = PipelineOptions(decode={"snac": DecodeShape(
         SnacFamily.decode_defaults.window, PacingOptions(max_new=32, pull_tick_ms=tick_ms))})
-    return Pipeline(fake_vllm_engine(llm, max_num_seqs=4), SilentCodec(), VEENA, options)
+    return Pipeline(fake_vllm_engine(llm, max_num_seqs=4), ToneCodec(), VEENA, options)
 
 
 def _expected_codes(frames: int) -> list[list[int]]:

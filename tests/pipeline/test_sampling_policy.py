@@ -7,11 +7,11 @@ from dataclasses import replace
 from livekit.plugins.veena.models.profiles import ORPHEUS, VEENA
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
-from ..fakes import FakeEngine, SilentCodec
+from ..fakes import FakeEngine, ToneCodec
 
 
 def _main(profile, text, max_tokens=None):
-    p = Pipeline(FakeEngine(), SilentCodec(), profile, PipelineOptions())
+    p = Pipeline(FakeEngine(), ToneCodec(), profile, PipelineOptions())
     policy = p.sampling
     asked = replace(policy.defaults(), max_tokens=max_tokens)
     return policy.main(asked, text, 10, p.table).max_tokens, policy.token_budget(text, 10)

@@ -17,7 +17,7 @@ from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.pipeline.transcripts import word_timings
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions, unknown_tags_removed
 
-from ..fakes import FakeEngine, SilentCodec
+from ..fakes import FakeEngine, ToneCodec
 
 TAGGED = with_overrides(VEENA, name="veena-tagged", tags=("laugh", "sigh"))
 FRAMES = 4  # SNAC frames per chunk (28 tokens)
@@ -32,7 +32,7 @@ def prompt_text(prompt) -> str:
 @contextlib.asynccontextmanager
 async def tagged_pipeline(profile=TAGGED):
     """A started pipeline over the fake engine; yields it and the prompts' words, in order."""
-    p = Pipeline(FakeEngine(), SilentCodec(), profile, PipelineOptions())
+    p = Pipeline(FakeEngine(), ToneCodec(), profile, PipelineOptions())
     prompts: list[str] = []
     generate = p.engine.generate
 
@@ -91,7 +91,7 @@ async def test_a_chunk_left_empty_asks_the_engine_for_nothing():
         assert len(turn.request_ids) == 2 and not p.engine.live
         # a chunk of only a known tag is performed, but has no words for the transcript
         assert spoken == ["Hello."]
-        assert samples == 2 * FRAMES * SilentCodec.samples_per_step - 360  # one 15 ms seam
+        assert samples == 2 * FRAMES * ToneCodec.samples_per_step - 360  # one 15 ms seam
 
 
 async def test_transcripts_carry_no_tag():

@@ -31,7 +31,7 @@ from livekit.plugins.veena.plugin.remote import FLUSH, RemoteClient
 from livekit.plugins.veena.server import app as app_module
 from livekit.plugins.veena.server.app import ServerOptions
 
-from ..fakes import FakeEngine, SilentCodec, fake_pipeline, fake_server
+from ..fakes import FakeEngine, ToneCodec, fake_pipeline, fake_server
 from ..servers import free_port, metric, poll_until, serve, serve_app
 from .rawws import RawWebSocket, text_frame
 from .test_contexts import Reader, speak
@@ -43,7 +43,7 @@ HANG_GUARD_S = 60
 
 @contextlib.asynccontextmanager
 async def _pipeline(engine: FakeEngine, codec=None):
-    p = Pipeline(engine, codec or SilentCodec(), VEENA, PipelineOptions())
+    p = Pipeline(engine, codec or ToneCodec(), VEENA, PipelineOptions())
     await p.start()
     try:
         yield p
@@ -176,7 +176,7 @@ async def _ws_error(url: str) -> dict:
 ])
 async def test_a_failure_ends_the_context_with_its_code(engine, code, retryable):
     e = engine()
-    p = Pipeline(e, SilentCodec(), VEENA, PipelineOptions())
+    p = Pipeline(e, ToneCodec(), VEENA, PipelineOptions())
     try:
         async with serve(p, ServerOptions()) as url:
             event = await _ws_error(url)
@@ -331,7 +331,7 @@ async def test_a_streamed_wav_says_its_rate_and_carries_the_unknown_length_heade
             assert r.headers["X-Sample-Rate"] == "24000"
 
 
-class _CodesCodec(SilentCodec):
+class _CodesCodec(ToneCodec):
     """Audio that is a function of the codes (unlike silence), so sameness means something."""
 
     def decode(self, batch):
@@ -415,7 +415,7 @@ class _SlowStartEngine(FakeEngine):
 
 async def test_ready_answers_503_while_the_engine_starts_and_200_once_it_has():
     engine = _SlowStartEngine()
-    p = Pipeline(engine, SilentCodec(), VEENA, PipelineOptions())
+    p = Pipeline(engine, ToneCodec(), VEENA, PipelineOptions())
     async with serve_app(p, ServerOptions(), own_pipeline=True) as (url, _app):
         async with aiohttp.ClientSession() as s:
             async with s.get(url + "/ready") as r:
@@ -436,7 +436,7 @@ async def test_engine_up_follows_a_pipeline_the_app_does_not_own():
     says so (it was set only where the pipeline was ready when the app was built)."""
     engine = _SlowStartEngine()
     engine.start_gate.set()
-    p = Pipeline(engine, SilentCodec(), VEENA, PipelineOptions())
+    p = Pipeline(engine, ToneCodec(), VEENA, PipelineOptions())
     try:
         async with serve_app(p, ServerOptions(), own_pipeline=False) as (url, _app), \
                 aiohttp.ClientSession() as s:
@@ -453,7 +453,7 @@ def _failing_starts(monkeypatch) -> list[Pipeline]:
     made: list[Pipeline] = []
 
     def load_pipeline(model, profile=None, engine_core=None):
-        made.append(Pipeline(_SlowStartEngine(fail=True), SilentCodec(), VEENA,
+        made.append(Pipeline(_SlowStartEngine(fail=True), ToneCodec(), VEENA,
                              PipelineOptions()))
         return made[-1]
 
@@ -498,7 +498,7 @@ async def test_after_a_failed_start_requests_are_refused_and_start_nothing(monke
 
     monkeypatch.setattr(VllmEngine, "_build", build)
     engine = VllmEngine(EngineOptions(model="fake", max_model_len=4096, max_num_seqs=4))
-    p = Pipeline(engine, SilentCodec(), VEENA, PipelineOptions())
+    p = Pipeline(engine, ToneCodec(), VEENA, PipelineOptions())
     async with serve_app(p, ServerOptions(engine_dead_exit_s=3600), own_pipeline=True) as (
             url, _app), aiohttp.ClientSession() as s:
         await poll_until(lambda: engine.health.state == "dead", "the start failed",

@@ -156,7 +156,7 @@ def test_cli_say_speaks_a_designed_voice_with_its_description_and_seed(tmp_path,
     from livekit.plugins.veena.models import loading
     from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
-    from ..fakes import SilentCodec
+    from ..fakes import ToneCodec
     from ..models.test_maya1_surfaces import RecordingEngine
 
     path = design_voice(MAYA1, DESCRIPTION, seed=8675309).save(tmp_path / "rob.json")
@@ -164,7 +164,7 @@ def test_cli_say_speaks_a_designed_voice_with_its_description_and_seed(tmp_path,
 
     def load_pipeline(model, profile=None, **kw):
         engines.append(RecordingEngine())
-        return Pipeline(engines[-1], SilentCodec(), MAYA1, PipelineOptions())
+        return Pipeline(engines[-1], ToneCodec(), MAYA1, PipelineOptions())
 
     monkeypatch.setattr(loading, "load_pipeline", load_pipeline)
     (tmp_path / "model").mkdir()

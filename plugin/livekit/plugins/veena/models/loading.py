@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from ..codecs.torch_threads import single_threaded_torch
 from ..pipeline.engine import EngineOptions, VllmEngine
 from ..pipeline.family import DecodeShape, family_for
+from ..pipeline.guards import GuardOptions
 from ..pipeline.options import MAX_QUEUED_OUTPUT_STEPS, PipelineOptions
 from ..pipeline.pacing import PacingOptions
 from ..pipeline.pipeline import Pipeline
@@ -101,10 +102,31 @@ def pipeline_options_from_env() -> PipelineOptions:
             "VEENA_QUEUED_OUTPUT_STEPS",
             env_int("VEENA_QUEUED_OUTPUT_STEPS", d.queued_output_steps), 0,
             MAX_QUEUED_OUTPUT_STEPS),
+        guards=_guard_options_from_env(d.guards),
         gc_full_interval_s=_non_negative(
             "VEENA_GC_FULL_INTERVAL_S",
             env_float("VEENA_GC_FULL_INTERVAL_S", d.gc_full_interval_s)),
     )
+
+
+def _guard_options_from_env(d: GuardOptions) -> GuardOptions:
+    per_char = env_str("VEENA_GUARD_RUNAWAY_S_PER_CHAR", "")
+    options = GuardOptions(
+        empty_tokens=env_int("VEENA_GUARD_EMPTY_TOKENS", d.empty_tokens),
+        loop_repeats=env_int("VEENA_GUARD_LOOP_REPEATS", d.loop_repeats),
+        loop_min_s=env_float("VEENA_GUARD_LOOP_MIN_S", d.loop_min_s),
+        loop_max_s=env_float("VEENA_GUARD_LOOP_MAX_S", d.loop_max_s),
+        runaway_base_s=env_float("VEENA_GUARD_RUNAWAY_BASE_S", d.runaway_base_s),
+        runaway_s_per_char=(env_float("VEENA_GUARD_RUNAWAY_S_PER_CHAR", 0.0) if per_char
+                            else d.runaway_s_per_char),
+        silence_s=env_float("VEENA_GUARD_SILENCE_S", d.silence_s),
+        silence_dbfs=env_float("VEENA_GUARD_SILENCE_DBFS", d.silence_dbfs),
+        fade_ms=env_float("VEENA_GUARD_FADE_MS", d.fade_ms),
+    )
+    try:
+        return options.validate()
+    except ValueError as e:  # named as the variable the user set
+        raise ValueError(f"VEENA_GUARD_{str(e).upper().split(' ', 1)[0]}: {e}") from None
 
 
 def engine_options_of(model: str, profile: str | ModelProfile | None = None) -> EngineOptions:

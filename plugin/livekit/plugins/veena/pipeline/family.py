@@ -52,6 +52,8 @@ class Track(Protocol):
     """One engine request's codec steps, parsed as its tokens arrive."""
 
     stats: ParseStats
+    steps: list
+    """The codec steps parsed so far (a guard's cut shortens it)."""
 
     def feed(self, ids: Sequence[int]) -> int:
         """Consume token ids; return how many new codec steps they completed."""

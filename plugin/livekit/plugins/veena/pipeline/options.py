@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .family import DecodeShape
+from .guards import GuardOptions
 from .scheduler import SchedulerOptions
 
 MAX_QUEUED_OUTPUT_STEPS = 64
@@ -49,6 +50,8 @@ class PipelineOptions:
     the outputs for vLLM's front end to build and fewer wakes, each delivery at most one
     engine step later, which its listener, still hearing the earlier chunk, does not hear.
     0: every token. A first chunk always takes every token (its first audio waits on it)."""
+    guards: GuardOptions = GuardOptions()
+    """The guards against a model going wrong inside a chunk (``guards``)."""
     gc_full_interval_s: float = 300.0
     """Once started, full garbage collections wait until no stream plays, or at most this
     long (checked as a stream starts); 0: Python's own schedule (``gc_heap``)."""

@@ -120,6 +120,11 @@ class AdaptivePlanner:
     def finish(self) -> None:
         self.final = True
 
+    def cut(self, steps: int) -> None:
+        """Only the first ``steps`` are played (a guard's cut; no window was planned past
+        them)."""
+        self.available = min(self.available, steps)
+
     def delivered(self, window: Window, now: float) -> None:
         """``window``'s audio reached the listener at ``now`` (less what is trimmed from
         the start, ``unheard_steps``: the listener never hears it)."""

@@ -130,6 +130,8 @@ class ParseStats:
     """Out-of-band audio tokens (every policy counts them; ``drop_frame`` also counts the
     frames it skipped in ``invalid_frames``)."""
     other_tokens: int = 0
+    global_tokens: int = 0
+    """Speaker globals read (BiCodec): not audio, but not a sign of an empty one either."""
     stopped: bool = False
 
 
@@ -311,6 +313,7 @@ class BiCodecFramer:
                 self.stats.stopped = True
                 break
             if k == KIND_GLOBAL:
+                self.stats.global_tokens += 1
                 if len(self.globals_) < self._need:
                     self.globals_.append(int(value[tid]))
                 else:

@@ -21,6 +21,7 @@ from .engine import SamplingOptions, VllmEngine
 from .engine_options import draw_seed
 from .family import ModelFamily, family_for
 from .gc_heap import freeze_startup_heap, full_collections
+from .guards import GuardLog
 from .options import MAX_QUEUED_OUTPUT_STEPS, PipelineOptions
 from .pacing import planner_sizes
 from .parsing import TokenTable
@@ -64,6 +65,7 @@ class Pipeline:
             )
         check_int("queued_output_steps", options.queued_output_steps, 0,
                   MAX_QUEUED_OUTPUT_STEPS)
+        options.guards.validate()
         self.engine = engine
         self.codec = codec
         self.profile = profile
@@ -183,13 +185,16 @@ class Pipeline:
                    sampling: SamplingOptions | None = None, seed: int | None = None,
                    request_id: str | None = None,
                    speaker_globals: Sequence[int] | None = None,
-                   adapter: str | None = None) -> Synthesis:
+                   adapter: str | None = None,
+                   guard_log: GuardLog | None = None) -> Synthesis:
         """Validate everything, then return the (lazy) audio stream of ``text``.
 
         ``speaker_globals`` (families with speaker tokens: BiCodec) makes this a
         continuation: the prompt pre-fills those 32 globals and the model generates semantic
         tokens only. ``adapter``: the name of a LoRA adapter the engine serves, applied to
         every engine request of this synthesis (its name is then a speaker name too).
+        ``guard_log``: the turn's, where this text is one chunk of a turn (its guards then
+        warn once per turn); None: its own.
         """
         if not text or not text.strip():
             raise EmptyTextError("text to synthesize is empty")
@@ -212,7 +217,8 @@ class Pipeline:
             text, ChunkerOptions(first_min_chars=min(12, limit), first_max_chars=limit,
                                  min_chars=min(40, limit), max_chars=limit))
         rid = request_id or self.engine.new_request_id()
-        return Synthesis(self, pieces, voice, sampling, seed, rid, globals_, lora)
+        return Synthesis(self, pieces, voice, sampling, seed, rid, globals_, lora,
+                         guard_log or GuardLog())
 
     async def aclose(self) -> None:
         await self.scheduler.aclose()

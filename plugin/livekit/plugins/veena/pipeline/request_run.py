@@ -20,55 +20,19 @@ import contextlib
 import functools
 import logging
 import time
-from typing import Callable, Protocol
+from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
-from ..codecs.base import Codec, StreamPart
-from .alarm import SharedAlarm
-from .engine import EngineClosedError, EngineError, SamplingOptions, VllmEngine
-from .family import ModelFamily
-from .options import PipelineOptions
-from .pacing import AdaptivePlanner, PacingOptions
-from .parsing import TokenTable
-from .sampling_policy import SamplingPolicy
-from .scheduler import DecodeScheduler
+from ..codecs.base import StreamPart
+from .engine import EngineClosedError, EngineError, SamplingOptions
+from .guards import RunGuards, fade_out, retry_seed
+from .pacing import AdaptivePlanner
+from .run_host import RunHost, RunOwner
 from .stitching import Stitcher
 from .tasks import settle
-from .timings import Timings
-from .windowing import Window, WindowOptions, WindowPlanner
-
-
-class RunOwner(Protocol):
-    """What a run reports to the text's synthesis it belongs to."""
-
-    request_id: str
-    seed: int
-    speaker_globals: tuple[int, ...] | None
-    timings: Timings
-    vllm_request_ids: list[str]
-
-    def captured(self, speaker_globals: tuple[int, ...]) -> None: ...
-
-
-class RunHost(Protocol):
-    """What a run needs from its caller (the pipeline): the run never imports it."""
-
-    engine: VllmEngine
-    codec: Codec
-    scheduler: DecodeScheduler
-    family: ModelFamily
-    options: PipelineOptions
-    window: WindowOptions
-    pacing: PacingOptions
-    alarm: SharedAlarm | None
-    """Where producers park between the tokens they need (None: they take every token)."""
-    sampling: SamplingPolicy
-
-    @property
-    def table(self) -> TokenTable: ...
-
-    async def start(self) -> None: ...
+from .windowing import Window, WindowPlanner
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +73,19 @@ class RequestRun:
         self._unheard = pipeline.family.trim_start_steps * pipeline.codec.samples_per_step
         """Samples still to drop from the start, as the model's reference does."""
         self._stream_sent = 0
+        self._windowed_end = 0
+        """The steps a submitted window has reached (a guard's cut never goes below it)."""
         """Steps sent to that stream in windows so far (the next window skips them)."""
+        codec, profile = pipeline.codec, pipeline.family.profile
+        # the runaway bound narrows the default budget only: a max_tokens the caller gives
+        # is theirs (a benchmark's fixed length), as with the model card's cap
+        runaway = synthesis.sampling.max_tokens is None
+        self.guards = RunGuards(pipeline.options.guards, text,
+                                codec.sample_rate / codec.samples_per_step, codec.sample_rate,
+                                getattr(profile, "runaway_s_per_char", 0.0) if runaway else 0.0,
+                                pipeline.family.trim_start_steps)
+        self.guard_cut: str | None = None
+        """The guard that ended this run early (``guards.GUARDS``), if one did."""
         self.stitcher = Stitcher(pipeline.codec.samples_per_step,
                                  int(pipeline.options.crossfade_ms * pipeline.codec.sample_rate / 1000),
                                  exact=self._stream is not None)
@@ -159,7 +135,8 @@ class RequestRun:
                                              name=f"veena-produce-{self.request_id}")
         try:
             await self._finished
-            await self._producer  # re-raise an engine failure
+            if self.guard_cut != "silence":  # (cut there, its producer is not waited for)
+                await self._producer  # re-raise an engine failure
             tail = self.stitcher.finish()
             if not self._done_sent:
                 sink(tail, True)
@@ -189,11 +166,16 @@ class RequestRun:
                 # the last window: nothing is submitted after it and no window will follow
                 last = not submitted and (self._no_more_windows or (
                     self.planner is not None and self.planner.exhausted))
-                self._done_sent = last
                 pcm = self.stitcher.push(window, audio)
                 if self._unheard:
                     cut = min(self._unheard, len(pcm))
                     pcm, self._unheard = pcm[cut:], self._unheard - cut
+                if last and self.guard_cut in ("loop", "runaway"):
+                    pcm = fade_out(pcm, self.guards.fade_samples)
+                elif not last and (end := self.guards.silence_end(pcm)) is not None:
+                    pcm, last = pcm[:end], True
+                    self._cut_at_silence()
+                self._done_sent = last
                 self._sink(pcm, last)
         except Exception as e:  # the run ends with it, where the listener has reached
             finished.set_exception(e)
@@ -227,6 +209,34 @@ class RequestRun:
             dropped += fut.cancel()
         self._submitted.clear()
         return dropped
+
+    def _cut_at_silence(self) -> None:
+        """The silence guard fired on decoded audio: nothing after it is heard, generated
+        or decoded."""
+        self.guard_cut = "silence"
+        self._syn.guard_log.fire("silence", self.request_id,
+                                 silence_s=self.guards.options.silence_s)
+        self._ended = self._no_more_windows = True
+        self._cancel_recheck()
+        self._drop_windows()
+        self.pending_windows = 0
+
+    def _cut_steps(self, guard: str, keep: int, new: int) -> int:
+        """A loop or a runaway found in the ``new`` steps just parsed: keep ``keep`` steps,
+        or where decoding has already reached (and one more, to carry the fade), and
+        nothing after; return how many of the new steps are announced."""
+        steps = self.track.steps
+        planner = self.planner if self.planner is not None else self._ramp
+        announced = len(steps) - new
+        keep = min(len(steps), max(keep, self._windowed_end + 1))
+        rate = self._p.codec.sample_rate / self._p.codec.samples_per_step
+        self._syn.guard_log.fire(guard, self.request_id, steps=len(steps), kept_steps=keep,
+                                 kept_s=round(keep / rate, 2))
+        del steps[keep:]
+        self.guard_cut = guard
+        if keep < announced:  # the planner is told of fewer steps than it had
+            planner.cut(keep)
+        return max(0, keep - announced)
 
     def _steps_arrived(self, count: int, stale: bool) -> None:
         """``stale``: taken on waking from a park, later than they arrived."""
@@ -285,12 +295,15 @@ class RequestRun:
             self._hand_over()
 
     def _submit(self, windows: list[Window]) -> None:
+        if self._ended:  # (cut by the silence guard: nothing more is decoded)
+            return
         timings = self._syn.timings
         for w in windows:
             if timings.first_window_ready is None:
                 timings.first_window_ready = time.perf_counter()
             self.pending_windows += 1
             self._in_flight += 1
+            self._windowed_end = max(self._windowed_end, w.end)
             item = self.track.window_input(w, self.seed)
             if self._stream is not None:
                 item.stream = self._stream_part(w)
@@ -336,8 +349,10 @@ class RequestRun:
                                       "speaker tokens")
             prompt = p.family.prompt(p.engine.tokenizer, self._text, syn.voice,
                                      syn.speaker_globals, **speakers)
-            await self._generate(prompt, p.sampling.main(syn.sampling, self._text, len(prompt), p.table),
-                                 self.request_id)
+            main = p.sampling.main(syn.sampling, self._text, len(prompt), p.table)
+            await self._generate(prompt, main, self.request_id, main=True)
+            if not self.track.steps and self.guards.options.empty_tokens:
+                await self._retry_empty(prompt, main)
             self._no_more_steps()
         except BaseException:
             self._end()  # the windows submitted go out, then the run re-raises the failure
@@ -345,8 +360,23 @@ class RequestRun:
         finally:
             syn.timings.invalid_frames += self.track.stats.invalid_frames
 
+    async def _retry_empty(self, prompt: list[int], main: SamplingOptions) -> None:
+        """The empty guard: the main request gave no audio at all (so none of it was heard).
+        Ask once more, on a new track, with a seed derived from this one: the prompt, and
+        with it the voice (speaker, description, adapter, BiCodec globals) stays."""
+        p, syn, log = self._p, self._syn, self._syn.guard_log
+        log.fire("empty", self.request_id, tokens=self.track.stats.tokens, retry=True)
+        syn.timings.invalid_frames += self.track.stats.invalid_frames
+        self.track = p.family.new_track(p.table, self.request_id, syn.speaker_globals)
+        seed = retry_seed(main.seed if main.seed is not None else self.seed)
+        await self._generate(prompt, replace(main, seed=seed), f"{self.request_id}.retry",
+                             main=True)
+        if not self.track.steps:  # the chunk ends without audio
+            log.fire("empty", self.request_id, tokens=self.track.stats.tokens, retry=False)
+
     async def _generate(self, prompt: list[int], sampling: SamplingOptions,
-                        request_id: str) -> None:
+                        request_id: str, main: bool = False) -> None:
+        """``main``: the request that speaks (its steps are guarded), not a capture."""
         syn, timings = self._syn, self._syn.timings
         self.engine_request_ids.append(request_id)
         syn.vllm_request_ids.append(request_id)
@@ -355,6 +385,8 @@ class RequestRun:
         planner, alarm, woke = self.planner, self._p.alarm, False
         capturing = syn.speaker_globals is None and self._p.family.has_speaker_globals
         lora = {} if syn.adapter is None else {"adapter": syn.adapter}
+        guards, watch_empty = self.guards, main and not track.steps
+        silent_from = stats.tokens - stats.global_tokens
         gen = self._p.engine.generate(prompt, sampling, request_id, **lora)
         async with contextlib.aclosing(gen):
             async for ids in gen:  # once per token per request: keep this loop lean
@@ -369,8 +401,18 @@ class RequestRun:
                 if capturing and track.speaker_globals is not None:
                     capturing = False
                     syn.captured(track.speaker_globals)
+                if self.guard_cut is not None:  # cut at a silence: nothing more is wanted
+                    break
                 if new:
+                    watch_empty = False
+                    cut = guards.steps(track.steps, new) if main else None
+                    if cut is not None:
+                        self._steps_arrived(self._cut_steps(*cut, new), woke)
+                        break
                     self._steps_arrived(new, woke)
+                elif watch_empty and guards.empty(stats.tokens - stats.global_tokens
+                                                  - silent_from):
+                    break  # no audio within the guard's tokens: asked again, once
                 if stats.stopped:
                     break
                 if woke:  # what waited is stamped with the wake's time, not its arrival's:

@@ -22,7 +22,9 @@ import numpy as np
 from .adapters import Adapter
 from .engine_options import SamplingOptions
 from .gc_heap import full_collections
-from .request_run import RequestRun, RunHost
+from .guards import GuardLog
+from .request_run import RequestRun
+from .run_host import RunHost
 from .stitching import to_int16
 from .tasks import settle
 from .timings import Timings
@@ -53,7 +55,8 @@ class Synthesis:
     def __init__(self, pipeline: RunHost, pieces: list[str], voice: str,
                  sampling: SamplingOptions, seed: int, request_id: str,
                  speaker_globals: tuple[int, ...] | None,
-                 adapter: Adapter | None = None) -> None:
+                 adapter: Adapter | None = None,
+                 guard_log: GuardLog | None = None) -> None:
         self._p = pipeline
         self._pieces = pieces
         self.voice = voice
@@ -64,6 +67,8 @@ class Synthesis:
         """Speaker tokens this request used (captured by its first piece, or given)."""
         self.adapter = adapter
         """The LoRA adapter every engine request of this synthesis carries."""
+        self.guard_log = guard_log or GuardLog()
+        """Where its guards report (its turn's, shared by the turn's chunks)."""
         self.globals_captured = asyncio.Event()
         """Set as soon as ``speaker_globals`` is known (at once where there is nothing to
         capture: a family without speaker tokens, or a continuation)."""
@@ -128,8 +133,10 @@ class Synthesis:
                     sink(pcm, final)
 
             self._run = RequestRun(self._p, self, piece, i)
-            self.tracks.append(self._run.track)
-            await self._run.play(piece_sink)
+            try:
+                await self._run.play(piece_sink)
+            finally:  # the track it ended with (a retry starts a new one)
+                self.tracks.append(self._run.track)
         timings.finished = time.perf_counter()
         logger.info(
             "synthesis done",

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..log import logger
 from .engine_options import SamplingOptions, draw_seed
+from .guards import GuardLog
 from .pipeline import EmptyTextError, Pipeline
 from .stitching import ChunkJoiner
 from .tags import spoken_text, strip_unknown_tags
@@ -150,6 +151,8 @@ class Turn:
         self._chunk_started: dict[int, float] = {}
         self._slots = asyncio.Semaphore(options.max_chunks_in_flight)
         self.audio_pushed = False
+        self.guard_log = GuardLog()
+        """The guards that fired in this turn (each warns once per turn)."""
         self.request_ids: list[str] = []
         self.chunk_globals: list[tuple[int, ...] | None] = []
         """Per finished chunk, the BiCodec globals it was decoded with (None for SNAC)."""
@@ -202,7 +205,7 @@ class Turn:
             syn = self._p.synthesize(text, voice=self._opts.voice, sampling=sampling,
                                      seed=self.seed, request_id=self._request_ids.get(index),
                                      speaker_globals=self.speaker_globals,
-                                     adapter=self._opts.adapter)
+                                     adapter=self._opts.adapter, guard_log=self.guard_log)
             self._syns[index] = syn
             if index == self._first_index:
                 self._first_syn = syn

@@ -82,6 +82,11 @@ class WindowPlanner:
         self.available += count
         return self._plan(final=False)
 
+    def cut(self, steps: int) -> None:
+        """Only the first ``steps`` are played (a guard's cut; no window was planned past
+        them)."""
+        self.available = min(self.available, steps)
+
     def finish(self) -> list[Window]:
         return self._plan(final=True)
 

@@ -16,6 +16,7 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from ..pipeline.guards import add_guard_listener, guard_counts
 from ..pipeline.turn import add_removed_tags_listener, unknown_tags_removed
 
 MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -82,11 +83,18 @@ class ServerMetrics:
             "Tags removed from text because the model does not perform them (e.g. <happy>, "
             "special tokens)", registry=r)
         self.unknown_tags.inc(unknown_tags_removed())  # the process's count so far
-        self._stop_listening = add_removed_tags_listener(self.unknown_tags.inc)
+        self.guards = Counter(
+            "veena_guard_fired", "Chunks a guard acted on: empty (asked again, or ended), "
+            "loop (cut), runaway (cut), silence (cut)", ["guard"], registry=r)
+        for guard, count in guard_counts().items():  # the process's counts so far
+            self.guards.labels(guard).inc(count)
+        self._stop_listening = [add_removed_tags_listener(self.unknown_tags.inc),
+                                add_guard_listener(lambda g: self.guards.labels(g).inc())]
 
     def close(self) -> None:
-        """Stop counting this process's removed tags (the app is done)."""
-        self._stop_listening()
+        """Stop counting this process's removed tags and guard firings (the app is done)."""
+        for stop in self._stop_listening:
+            stop()
 
     def streaming(self, adapter: str | None, on: bool) -> None:
         """A stream starts (``on``) or stops synthesizing, with its adapter if any."""

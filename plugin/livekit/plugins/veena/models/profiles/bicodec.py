@@ -50,6 +50,9 @@ class BiCodecProfile(VoiceChecks):
     constrained: bool = True
     # the most tokens one request may generate (None: only the per-text budget)
     max_new_tokens: int | None = None
+    # the runaway guard's seconds of audio per character of text (``pipeline.guards``): about
+    # 1.5x a slow speaker's, so a long pause or a tag's laugh stays within it
+    runaway_s_per_char: float = 0.1
     # hub ids of checkpoints this profile reads (picked for them when no profile is named)
     model_ids: tuple[str, ...] = ()
     # the LLM's folder inside a checkpoint that keeps it beside BiCodec/ (Spark-TTS: LLM/)

@@ -52,6 +52,9 @@ class SnacProfile(VoiceChecks):
     # min(int(len(text) * a) * b + c, d): a chunk's default budget is at most this (a
     # max_tokens the caller gives is theirs)
     card_max_new_tokens: tuple[float, int, int, int] | None = None
+    # the runaway guard's seconds of audio per character of text (``pipeline.guards``): about
+    # 1.5x a slow speaker's, so a long pause or a tag's laugh stays within it
+    runaway_s_per_char: float = 0.1
     # hub ids of checkpoints this profile reads (picked for them when no profile is named)
     model_ids: tuple[str, ...] = ()
     codec: CodecKind = "snac"
