@@ -1,5 +1,6 @@
 """Shared by the benchmarks: a table on the log, the same numbers as JSON in bench/results/
-(or in ``VEENA_BENCH_RESULTS``, so that test runs never overwrite the README's figures)."""
+(or in ``VEENA_BENCH_RESULTS``, so that test runs never overwrite the committed results the
+docs' figures are drawn from)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,20 @@ def report(name: str, rows: list[dict], notes: dict | None = None) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"benchmark": name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                 "machine": platform.platform(), "processor": platform.processor(),
+                                "cpu": _cpu_name(), "cores": os.cpu_count(),
                                 "notes": notes or {}, "rows": rows}, indent=2))
     return path
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (Linux), for the figures' captions."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 @contextmanager

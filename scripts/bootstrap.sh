@@ -12,9 +12,9 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; th
   exit 1
 fi
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  EXTRAS="cuda,agent,test"
+  EXTRAS="cuda,agent,test,docs"
 else
-  EXTRAS="cpu,agent,test"
+  EXTRAS="cpu,agent,test,docs"
 fi
 STAMP="$VENV/.veena-stamp"
 WANT="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)-$EXTRAS"

@@ -24,6 +24,9 @@ from .servers import API_KEY, serve
 logging.getLogger("vllm").setLevel(logging.WARNING)
 
 os.environ.setdefault("VEENA_CPU_KVCACHE_GIB", str(TINY_KV_CACHE_GIB))
+# the text-normalisation grammars compile once per checkout (about 100 s), then load in ~1 s
+os.environ.setdefault("VEENA_NORMALIZATION_CACHE", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "grammars"))
 
 SESSION_ENGINES = {"pipeline", "spark_pipeline", "maya1_pipeline", "server_url"}
 """The session fixtures that start a vLLM engine."""

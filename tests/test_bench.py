@@ -1,4 +1,4 @@
-"""The benchmarks run (small sizes) and their JSON says what the README claims. Their results
+"""The benchmarks run (small sizes) and their JSON says what docs/benchmarks.md claims. Their results
 go to a temporary folder: the committed bench/results/*.json (the README's figures) stay."""
 
 import json
@@ -210,3 +210,13 @@ def test_lora_bench_compares_a_mixed_batch_with_the_base_alone():
     evicted = _rows("lora_eviction")
     assert [r["adapter"] for r in evicted] == ["stayed loaded", "evicted, read again"]
     assert all(r["first_token_ms_p50"] > 0 for r in evicted)
+
+
+def test_guards_bench_reports_each_guard_and_the_pipeline_on_and_off():
+    _run(sys.executable, "bench/guards.py", "--streams", "4", "--seconds", "1", "--rounds", "1")
+    each = _rows("guards_each")
+    assert [r["guard"].split(" ")[0] for r in each] == ["loop+runaway", "loop+runaway", "silence"]
+    assert all(r["cpu_ms_per_audio_s"] >= 0 for r in each)
+    on, off = _rows("guards_pipeline")
+    assert (on["guards"], off["guards"], on["streams"]) == ("on", "off", 4)
+    assert on["added_ms_per_audio_s"] == on["cpu_ms_per_audio_s"] - off["cpu_ms_per_audio_s"]

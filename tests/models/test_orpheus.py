@@ -6,6 +6,8 @@ vLLM tokenises again with specials on: one more BOS first. The stop id, END_OF_S
 is the one the package's realtime streaming example passes (``generate_tokens_sync``'s own
 default is 49158). The tiny SNAC-layout tokenizer adds BOS as Llama-3's does."""
 
+from dataclasses import replace
+
 import pytest
 from transformers import AutoTokenizer
 
@@ -48,7 +50,9 @@ async def test_orpheus_speaks_end_to_end(pipeline):
     token budget."""
     orpheus = Pipeline(pipeline.engine, pipeline.scheduler.codec, ORPHEUS)
     try:
-        syn = orpheus.synthesize("Hello from Orpheus.", voice="leo", seed=4)
+        budget = replace(orpheus.sampling.defaults(), max_tokens=7 * 24)  # the tiny model
+        # never stops: a budget of its own, not the default one the runaway guard would cut
+        syn = orpheus.synthesize("Hello from Orpheus.", voice="leo", seed=4, sampling=budget)
         pcm = await syn.collect()
         assert len(pcm) > 0 and len(pcm) % 2048 == 0
         assert syn.tracks[0].steps and orpheus.sample_rate == 24000

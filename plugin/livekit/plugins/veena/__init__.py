@@ -48,12 +48,14 @@ class VeenaPlugin(Plugin):
 
         from .models.adapters import download_adapters, lora_from_env
         from .models.download import download_model
+        from .normalization import grammars
 
         if not os.environ.get("VEENA_MODEL"):
             logger.info("VEENA_MODEL is not set: no TTS model to download")
             return
         download_model()
         download_adapters(lora_from_env())
+        grammars.prepare()  # the text-normalisation grammars, compiled once
 
 
 Plugin.register_plugin(VeenaPlugin())

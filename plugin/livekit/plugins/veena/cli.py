@@ -89,6 +89,8 @@ async def _say(args: argparse.Namespace) -> int:
         if removed:  # never read aloud: the model does not perform them
             logger.warning("removed tags the model does not perform",
                            extra={"removed_tags": removed, "profile": profile.name})
+        # numbers, money and dates as people say them (-v logs the text the model reads)
+        text = await pipeline.normalized(text, "say", args.text_normalization)
         syn = pipeline.synthesize(text, voice=voice.voice, sampling=sampling, seed=voice.seed,
                                   speaker_globals=voice.speaker_globals, adapter=voice.adapter)
         out = Path(args.output)
@@ -184,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="veena, orpheus, maya1, veena3 or spark")
     say.add_argument("--seed", type=int, default=None)
     say.add_argument("--max-tokens", type=int, default=None)
+    say.add_argument("--text-normalization", choices=("auto", "off"), default=None,
+                     help="spell out numbers, money and dates (default: "
+                          "VEENA_TEXT_NORMALIZATION, auto)")
     say.add_argument("--lora", action="append", default=[], metavar="NAME=PATH_OR_ID",
                      help="serve a LoRA adapter as voice NAME (repeatable; VEENA_LORA too)")
 
@@ -274,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "download":
         from .models.adapters import download_adapters, lora_from_env
         from .models.download import DownloadError, download_model
+        from .normalization import grammars
 
         if args.model and args.model_option and args.model != args.model_option:
             parser.error(f"two models given: {args.model} and --model {args.model_option}")
@@ -282,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             folders = download_model(args.model or args.model_option, profile=args.profile)
             for folder in [*folders, *download_adapters(lora)]:
                 sys.stdout.write(f"{folder}\n")
+            grammars.prepare()  # the text-normalisation grammars, compiled once
         except (DownloadError, ValueError) as e:  # AdapterError is a ValueError
             logger.error("%s", e)
             return 2

@@ -5,7 +5,8 @@ error-code table that says which codes are the client's fault and which are retr
 Client -> server, JSON text frames, each naming a ``context_id`` (several may share a socket):
   {"type": "speak", "context_id": "c1", "text": "Hello ", "continue": true,
    "voice": "kavya", "seed": 7, "sampling": {"temperature": 0.4, ...},
-   "speaker_globals": [32 ints]}          voice/seed/sampling/globals: first message only
+   "speaker_globals": [32 ints], "text_normalization": "auto" | "off",
+   "pronunciations": {"SQL": "sequel"}}   all but text/continue: first message only
   {"type": "flush", "context_id": "c1"}   speak what is buffered now
   {"type": "cancel", "context_id": "c1"}
 ``continue: false`` ends the context's text. Server -> client: binary frames
@@ -31,6 +32,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .normalization import check_mode, check_pronunciations
 from .pipeline.engine_options import SamplingOptions
 from .validation import UNLOADABLE_JSON, is_int, is_number
 
@@ -115,6 +117,8 @@ class ClientMessage:
     seed: int | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     speaker_globals: list[int] | None = None
+    text_normalization: str | None = None
+    pronunciations: dict[str, str] | None = None
 
 
 def parse_client_message(raw: str) -> ClientMessage:
@@ -155,7 +159,16 @@ def parse_client_message(raw: str) -> ClientMessage:
     voice = msg.get("voice")
     if voice is not None and not isinstance(voice, str):
         raise ProtocolError("bad_field", "voice must be a string", cid)
-    return ClientMessage("speak", cid, text, more, voice, seed, sampling, globals_)
+    normalization, words = msg.get("text_normalization"), msg.get("pronunciations")
+    try:
+        if normalization is not None:
+            check_mode(normalization)
+        if words is not None:
+            words = check_pronunciations(words)
+    except ValueError as e:
+        raise ProtocolError("bad_field", str(e), cid) from None
+    return ClientMessage("speak", cid, text, more, voice, seed, sampling, globals_,
+                         normalization, words)
 
 
 def _utf8(text: str) -> bool:

@@ -8,8 +8,10 @@ everything that reads the environment, the disk or the model hub to make them is
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import math
+import re
 import threading
 import weakref
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any, Mapping
 from ..codecs.torch_threads import single_threaded_torch
 from ..pipeline.engine import EngineOptions, VllmEngine
 from ..pipeline.family import DecodeShape, family_for
+from ..normalization import NormalizationOptions, check_mode, check_pronunciations
 from ..pipeline.guards import GuardOptions
 from ..pipeline.options import MAX_QUEUED_OUTPUT_STEPS, PipelineOptions
 from ..pipeline.pacing import PacingOptions
@@ -103,10 +106,32 @@ def pipeline_options_from_env() -> PipelineOptions:
             env_int("VEENA_QUEUED_OUTPUT_STEPS", d.queued_output_steps), 0,
             MAX_QUEUED_OUTPUT_STEPS),
         guards=_guard_options_from_env(d.guards),
+        normalization=_normalization_from_env(d.normalization),
         gc_full_interval_s=_non_negative(
             "VEENA_GC_FULL_INTERVAL_S",
             env_float("VEENA_GC_FULL_INTERVAL_S", d.gc_full_interval_s)),
     )
+
+
+def _normalization_from_env(d: NormalizationOptions) -> NormalizationOptions:
+    """``VEENA_TEXT_NORMALIZATION`` (auto, off), ``VEENA_NORMALIZATION_LOCALE`` (empty: the
+    profile's) and ``VEENA_PRONUNCIATIONS_FILE`` (a JSON object of word to spoken form)."""
+    mode = env_str("VEENA_TEXT_NORMALIZATION", d.mode)
+    try:
+        check_mode(mode)
+    except ValueError as e:
+        raise ValueError(f"VEENA_TEXT_NORMALIZATION: {e}") from None
+    locale = env_str("VEENA_NORMALIZATION_LOCALE", "") or d.locale
+    if locale is not None and not re.fullmatch(r"[a-z]{2}(-[A-Z]{2})?", locale):
+        raise ValueError(f"VEENA_NORMALIZATION_LOCALE must look like en-IN, got {locale!r}")
+    words = dict(d.pronunciations)
+    path = env_str("VEENA_PRONUNCIATIONS_FILE", "")
+    if path:
+        try:
+            words.update(check_pronunciations(json.loads(Path(path).read_text("utf-8"))))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"VEENA_PRONUNCIATIONS_FILE {path}: {e}") from None
+    return NormalizationOptions(mode=mode, locale=locale, pronunciations=words)
 
 
 def _guard_options_from_env(d: GuardOptions) -> GuardOptions:

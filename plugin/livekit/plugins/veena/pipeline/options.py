@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .family import DecodeShape
+from ..normalization import NormalizationOptions
 from .guards import GuardOptions
 from .scheduler import SchedulerOptions
 
@@ -51,6 +52,9 @@ class PipelineOptions:
     engine step later, which its listener, still hearing the earlier chunk, does not hear.
     0: every token. A first chunk always takes every token (its first audio waits on it)."""
     guards: GuardOptions = GuardOptions()
+    normalization: NormalizationOptions = NormalizationOptions()
+    """How text is normalised before the prompt (``normalization``): the default mode, the
+    locale (None: the profile's) and the pronunciations every turn uses."""
     """The guards against a model going wrong inside a chunk (``guards``)."""
     gc_full_interval_s: float = 300.0
     """Once started, full garbage collections wait until no stream plays, or at most this

@@ -11,9 +11,10 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..codecs.base import Codec
+from ..normalization import TextNormalizer, check_mode, normalize_off_loop
 from ..validation import check_int
 from .alarm import SharedAlarm
 from .chunking import ChunkerOptions, chunk_text
@@ -66,6 +67,8 @@ class Pipeline:
         check_int("queued_output_steps", options.queued_output_steps, 0,
                   MAX_QUEUED_OUTPUT_STEPS)
         options.guards.validate()
+        check_mode(options.normalization.mode)
+        self._normalizers: dict[tuple, TextNormalizer] = {}
         self.engine = engine
         self.codec = codec
         self.profile = profile
@@ -180,6 +183,28 @@ class Pipeline:
         if self._table is None:
             self._table = self.family.token_table(self.engine.tokenizer)
         return self._table
+
+    def normalizer(self, pronunciations: Mapping[str, str] | None = None) -> TextNormalizer:
+        """The profile's normaliser, with the pipeline's pronunciations and these (a few kept:
+        one regular expression each)."""
+        norm = self.options.normalization
+        words = {**norm.pronunciations, **(pronunciations or {})}
+        key = tuple(sorted(words.items()))
+        found = self._normalizers.get(key)
+        if found is None:
+            found = TextNormalizer(getattr(self.profile, "languages", ("en",)),
+                                   norm.locale or getattr(self.profile, "locale", "en-US"), words)
+            if len(self._normalizers) < 64:
+                self._normalizers[key] = found
+        return found
+
+    async def normalized(self, text: str, request_id: str, mode: str | None = None,
+                         pronunciations: Mapping[str, str] | None = None) -> str:
+        """``text`` as the model must read it (``mode`` None: the pipeline's; ``off``: as
+        written), normalised off the event loop; a failure leaves it as written."""
+        if (mode or self.options.normalization.mode) == "off":
+            return text
+        return await normalize_off_loop(self.normalizer(pronunciations), text, request_id)
 
     def synthesize(self, text: str, *, voice: str | None = None,
                    sampling: SamplingOptions | None = None, seed: int | None = None,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import AsyncIterable, Callable
+from typing import AsyncIterable, Callable, Mapping
 
 import numpy as np
 
@@ -73,6 +73,10 @@ class TurnOptions:
     """BiCodec: reuse these globals from the first chunk on (e.g. one voice for a call)."""
     adapter: str | None = None
     """The LoRA adapter (a registered name) every chunk of the turn is generated with."""
+    text_normalization: str | None = None
+    """``auto`` or ``off`` (``normalization``); None: the pipeline's default."""
+    pronunciations: Mapping[str, str] | None = None
+    """Whole words spoken another way, beside the pipeline's own."""
     chunk_crossfade_ms: float = 15.0
     max_chunks_in_flight: int = 2
     timeout: float = 10.0
@@ -196,6 +200,10 @@ class Turn:
             if not text.strip():  # nothing left to say once its tags were removed
                 out.end()
                 return
+            # as the model must read it (the transcript keeps the text as written)
+            text = await self._p.normalized(text, self._request_ids[index],
+                                            self._opts.text_normalization,
+                                            self._opts.pronunciations)
             if (index != self._first_index and self.speaker_globals is None
                     and self._p.family.has_speaker_globals):
                 await self._await_first_globals()

@@ -3,10 +3,12 @@ by type and range when it is given."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from livekit.agents import tokenize, tts
 
+from ..normalization import check_mode, check_pronunciations
 from ..pipeline.engine_options import SAMPLING_FIELDS, SamplingOptions
 from ..pipeline.sentences import SentenceTokenizer
 from ..validation import check_float, check_int
@@ -31,6 +33,11 @@ class TTSOptions:
     chunk_crossfade_ms: float
     max_chunks_in_flight: int
     startup_timeout: float
+    text_normalization: str | None = None
+    """``auto`` or ``off``; None: the engine's default (``VEENA_TEXT_NORMALIZATION``, or
+    the server's)."""
+    pronunciations: Mapping[str, str] = field(default_factory=dict)
+    """Whole words spoken another way (``{"SQL": "sequel"}``), before the grammars."""
 
     def __post_init__(self) -> None:
         """Every option by type and range (ValueError) before any engine work; numbers are
@@ -51,6 +58,9 @@ class TTSOptions:
                                                      self.chunk_crossfade_ms, 0.0, 1000.0))
         set_(self, "startup_timeout", check_float("startup_timeout", self.startup_timeout,
                                                   0.0, lo_open=True))
+        if self.text_normalization is not None:
+            check_mode(self.text_normalization)
+        set_(self, "pronunciations", check_pronunciations(self.pronunciations))
         if not isinstance(self.tokenizer, tokenize.SentenceTokenizer):
             raise ValueError("tokenizer must be a livekit.agents.tokenize.SentenceTokenizer, "
                              f"got {type(self.tokenizer).__name__}")

@@ -17,6 +17,7 @@ from livekit.agents import APIConnectionError, APIError, APITimeoutError, tts
 from livekit.agents.types import TimedString
 
 from ..log import logger
+from ..normalization import grammars
 from ..pipeline.engine import EngineDeadError, EngineError, EngineStartingError
 from ..pipeline.pipeline import Pipeline
 from ..pipeline.stitching import to_int16
@@ -104,7 +105,8 @@ class LocalSpeaker:
             speaker_globals=speaker_globals, adapter=request.voice.voice.adapter,
             chunk_crossfade_ms=opts.chunk_crossfade_ms,
             max_chunks_in_flight=opts.max_chunks_in_flight, timeout=request.timeout,
-            startup_timeout=opts.startup_timeout))
+            startup_timeout=opts.startup_timeout, text_normalization=opts.text_normalization,
+            pronunciations=opts.pronunciations))
         request.voice.seed = turn.seed
         turn.on_request_started = request.on_started
         turn.on_speaker_globals = request.voice.captured
@@ -128,7 +130,8 @@ class LocalSpeaker:
         return turn.audio_pushed
 
     def prewarm(self) -> None:
-        """Start the engine and warm the codec in the background; never blocks."""
+        """Start the engine, warm the codec and load the text-normalisation grammars in the
+        background; never blocks."""
         if self._prewarm_task is None or self._prewarm_task.done():
             try:
                 loop = asyncio.get_running_loop()
@@ -136,6 +139,9 @@ class LocalSpeaker:
                 logger.warning("prewarm() needs a running event loop; skipped")
                 return
             self._prewarm_task = loop.create_task(self.pipeline.start(), name="veena-prewarm")
+            if self.pipeline.options.normalization.mode != "off":  # compiled once, then cached
+                languages = tuple(getattr(self.pipeline.profile, "languages", ()))
+                loop.run_in_executor(None, grammars.prepare, languages)
 
     async def aclose(self) -> None:
         if self._prewarm_task is not None:
@@ -172,6 +178,10 @@ class RemoteSpeaker:
                    "sampling": opts.remote_sampling()}
         if speaker_globals is not None:
             message["speaker_globals"] = list(speaker_globals)
+        if opts.text_normalization is not None:  # else the server's default
+            message["text_normalization"] = opts.text_normalization
+        if opts.pronunciations:
+            message["pronunciations"] = dict(opts.pronunciations)
         return await self.client.speak(
             _context_texts(text, opts.server_chunks), message, emitter.push, request.timeout,
             request.on_started, request.voice.captured, lambda words: push_words(emitter, words))

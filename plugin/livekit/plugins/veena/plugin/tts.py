@@ -76,6 +76,8 @@ class TTS(tts.TTS):
         startup_timeout: NotGivenOr[float] = NOT_GIVEN,
         voice_scope: NotGivenOr[str] = NOT_GIVEN,
         lora: Mapping[str, str] | None = None,
+        text_normalization: NotGivenOr[str] = NOT_GIVEN,
+        pronunciations: Mapping[str, str] | None = None,
     ) -> None:
         """Speak through an in-process ``pipeline``; or build the shared one for ``model``
         (a local path or hub id; default ``VEENA_MODEL``); or, with ``base_url``
@@ -120,7 +122,14 @@ class TTS(tts.TTS):
         with ``chunker``'s options: a short first piece, then sentences, Latin and Indic
         punctuation) cuts the text into the pieces each engine request speaks.
         ``text_pacing`` (a ``tts.SentenceStreamPacer``, or True for its defaults) holds
-        pieces back while enough audio is buffered, as the first-party plugins do."""
+        pieces back while enough audio is buffered, as the first-party plugins do.
+
+        ``text_normalization`` (``auto``, the default where nothing else is set, or ``off``;
+        default ``VEENA_TEXT_NORMALIZATION``, through a server the server's) spells out
+        numbers, money, dates, times and abbreviations in the profile's languages before the
+        prompt; transcripts keep the text as written. ``pronunciations`` ({word: spoken
+        form}) replaces whole words first: a key matches as written, an all-lowercase key in
+        any case."""
         import os
 
         base_url = base_url or (None if model or pipeline else os.environ.get("VEENA_TTS_URL"))
@@ -178,6 +187,8 @@ class TTS(tts.TTS):
                                   else env_int("VEENA_MAX_CHUNKS_IN_FLIGHT", 2)),
             startup_timeout=(startup_timeout if is_given(startup_timeout)
                              else env_float("VEENA_STARTUP_TIMEOUT_S", 600.0)),
+            text_normalization=text_normalization if is_given(text_normalization) else None,
+            pronunciations=pronunciations or {},
         )
         self._streams: "weakref.WeakSet[SynthesizeStream]" = weakref.WeakSet()
 
@@ -256,6 +267,8 @@ class TTS(tts.TTS):
         repetition_penalty: NotGivenOr[float] = NOT_GIVEN,
         max_tokens_per_chunk: NotGivenOr[int | None] = NOT_GIVEN,
         seed: NotGivenOr[int | None] = NOT_GIVEN,
+        text_normalization: NotGivenOr[str] = NOT_GIVEN,
+        pronunciations: NotGivenOr[Mapping[str, str]] = NOT_GIVEN,
     ) -> None:
         """Change options for streams created from now on (running streams keep theirs).
         A new ``voice`` starts the call's voice over (``reset_voice``)."""
@@ -263,8 +276,12 @@ class TTS(tts.TTS):
         sampling = self._opts.sampling.overridden(_given(
             temperature=temperature, top_p=top_p, top_k=top_k,
             repetition_penalty=repetition_penalty, max_tokens=max_tokens_per_chunk))
-        self._opts = dataclasses.replace(self._opts, sampling=sampling,
-                                         seed=seed if is_given(seed) else self._opts.seed)
+        self._opts = dataclasses.replace(
+            self._opts, sampling=sampling, seed=seed if is_given(seed) else self._opts.seed,
+            text_normalization=(text_normalization if is_given(text_normalization)
+                                else self._opts.text_normalization),
+            pronunciations=(pronunciations if is_given(pronunciations)
+                            else self._opts.pronunciations))
         if new_voice is not None:
             self._call.change(new_voice)
 

@@ -156,7 +156,8 @@ def _speech_request(body: Any, state: ServerState) -> _SpeechRequest:
     stream = check_bool("stream", body.get("stream", False)) or sse
     sampling = body.get("sampling")
     turn = turn_options(state, _voice(body.get("voice")), {} if sampling is None else sampling,
-                        body.get("seed"), None)
+                        body.get("seed"), None, body.get("text_normalization"),
+                        body.get("pronunciations"))
     if description is not None:
         turn = replace(turn, voice=description)
     return _SpeechRequest(text, fmt, stream, turn, speed, sse)

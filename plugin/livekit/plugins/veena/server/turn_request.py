@@ -5,17 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..normalization import check_mode, check_pronunciations
 from ..pipeline.turn import TurnOptions
 from ..voices.call_voice import resolve_voice
 from .state import ServerState
 
 
 def turn_options(state: ServerState, voice: Any, sampling: Any, seed: Any,
-                 speaker_globals: Any) -> TurnOptions:
+                 speaker_globals: Any, text_normalization: Any = None,
+                 pronunciations: Any = None) -> TurnOptions:
     """Validate everything a client asked for, by type and range, before any engine work.
     A saved voice's name stands for its voice (a profile voice, or a description) with its
     speaker globals (BiCodec) or its seed (SNAC); globals or a seed the client gives win.
-    A LoRA adapter's name (or a saved voice that names one) speaks with that adapter."""
+    A LoRA adapter's name (or a saved voice that names one) speaks with that adapter.
+    ``text_normalization`` (auto, off; None: the server's default) and ``pronunciations``
+    say how the text is normalised."""
+    if text_normalization is not None:
+        check_mode(text_normalization)
+    words = None if pronunciations is None else check_pronunciations(pronunciations)
     pipeline = state.pipeline
     profile = pipeline.profile
     resolved = resolve_voice(profile, profile.default_voice if voice is None else voice,
@@ -27,4 +34,5 @@ def turn_options(state: ServerState, voice: Any, sampling: Any, seed: Any,
                        chunk_crossfade_ms=state.options.chunk_crossfade_ms,
                        max_chunks_in_flight=state.options.max_chunks_in_flight,
                        timeout=state.options.turn_timeout_s,
-                       startup_timeout=pipeline.engine.options.startup_timeout_s)
+                       startup_timeout=pipeline.engine.options.startup_timeout_s,
+                       text_normalization=text_normalization, pronunciations=words)

@@ -236,7 +236,8 @@ class _Connection:
                                 msg.context_id)
         try:
             turn_opts = turn_options(state, msg.voice, msg.sampling, msg.seed,
-                                     msg.speaker_globals)
+                                     msg.speaker_globals, msg.text_normalization,
+                                     msg.pronunciations)
         except ValueError as e:
             raise ProtocolError(error_code(e), str(e), msg.context_id) from None
         ctx = Context(msg.context_id, self, turn_opts)

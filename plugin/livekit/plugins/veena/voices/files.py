@@ -184,8 +184,12 @@ async def capture_voice(pipeline: Any, text: str, voice: str, *, seed: int | Non
         raise VoiceFileError(f"model profile {pipeline.profile.name} has no speaker tokens to "
                              "capture (its voice is the speaker prompt alone)")
     syn = pipeline.synthesize(text, voice=voice, seed=seed)
-    async for _ in syn:
-        pass
+    try:
+        async for _ in syn:
+            if syn.speaker_globals is not None:
+                break  # the voice is known: the rest of the speech is not needed
+    finally:
+        await syn.aclose()
     if syn.speaker_globals is None:
         raise VoiceFileError("the model produced no complete set of speaker tokens")
     return VoiceFile(pipeline.profile.name, model or pipeline.engine.options.model, syn.voice,

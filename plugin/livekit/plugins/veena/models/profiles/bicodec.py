@@ -50,6 +50,10 @@ class BiCodecProfile(VoiceChecks):
     constrained: bool = True
     # the most tokens one request may generate (None: only the per-text budget)
     max_new_tokens: int | None = None
+    # the languages its text is normalised in (``normalization``; the first also reads text of
+    # no known script) and the locale that orders dates and groups digits
+    languages: tuple[str, ...] = ("en",)
+    locale: str = "en-US"
     # the runaway guard's seconds of audio per character of text (``pipeline.guards``): about
     # 1.5x a slow speaker's, so a long pause or a tag's laugh stays within it
     runaway_s_per_char: float = 0.1
@@ -142,6 +146,8 @@ _SPARK_VOICES = tuple(spark_voice(g, p, s) for g in SPARK_GENDERS for p in SPARK
 # inference (its regex keeps the BiCodec tokens); its sampling and 3000-token cap.
 SPARK = BiCodecProfile(
     name="spark",
+    languages=("zh", "en"),
+    locale="zh-CN",
     voices=_SPARK_VOICES,
     default_voice=spark_voice("female"),
     first_prompt_template=(
@@ -176,6 +182,8 @@ SPARK = BiCodecProfile(
 # 1.05, no token cap) is ours too, not a published default.
 VEENA3 = BiCodecProfile(
     name="veena3",
+    languages=("hi", "en"),
+    locale="en-IN",
     voices=(
         "aarav", "ananya", "arjun", "diya", "ishaan", "kavya",
         "meera", "neel", "priya", "rohan", "saanvi", "vivaan",

@@ -52,6 +52,10 @@ class SnacProfile(VoiceChecks):
     # min(int(len(text) * a) * b + c, d): a chunk's default budget is at most this (a
     # max_tokens the caller gives is theirs)
     card_max_new_tokens: tuple[float, int, int, int] | None = None
+    # the languages its text is normalised in (``normalization``; the first also reads text of
+    # no known script) and the locale that orders dates and groups digits
+    languages: tuple[str, ...] = ("en",)
+    locale: str = "en-US"
     # the runaway guard's seconds of audio per character of text (``pipeline.guards``): about
     # 1.5x a slow speaker's, so a long pause or a tag's laugh stays within it
     runaway_s_per_char: float = 0.1
@@ -101,6 +105,8 @@ _SNAC_LICENCE = "snac code: MIT; check the model card of your checkpoint for its
 # audio codes from 128266 in seven 4096-wide bands.
 VEENA = SnacProfile(
     name="veena",
+    languages=("hi", "en"),
+    locale="en-IN",
     voices=("kavya", "agastya", "maitri", "vinaya"),
     default_voice="kavya",
     prompt_template="<spk_{voice}> {text}",

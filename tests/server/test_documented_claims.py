@@ -1,5 +1,5 @@
-"""README claims of the server and the plugin's transport that no other test exercised, each
-on the fake engine (no vLLM): a flushed live context speaks before its end, the plugin's
+"""Claims of docs/server.md and docs/plugin.md about the server and the plugin's transport that
+no other test exercised, each on the fake engine (no vLLM): a flushed live context speaks before its end, the plugin's
 FLUSH and its cancel reach the server, the error codes end to end, VEENA_MAX_CONNECTIONS,
 X-Sample-Rate and the streamed WAV header, HTTP ``seed`` reproducibility, the output buffer's
 bound (not a send timeout) cutting off a client that stops reading, ``/ready`` 503 during

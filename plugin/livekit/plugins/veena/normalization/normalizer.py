@@ -1,0 +1,171 @@
+"""The normalisation stage: a chunk's text as the model must read it (numbers, money, dates,
+times, units, abbreviations spelled out), in each run's own language.
+
+Order: the user's pronunciations first (whole words), then, only where the chunk has
+something to normalise (a digit, a currency or unit symbol, a known abbreviation), each run
+of one script in its language: the project's own rules for what the grammars get wrong in
+Indian usage (grouping, rupees, lakh and crore, the date's order), then that language's
+grammar. Tags (``<laugh>``) are never touched. A chunk with nothing to normalise costs one
+regular-expression search."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from . import grammars
+from .dates import hindi_times, spell_dates
+from .money import english_rupees, hindi_money
+from .numbers import indian_english_numbers, ungroup
+from .scripts import SCRIPT_LANGUAGES, runs_by_script
+
+logger = logging.getLogger(__name__)
+
+MODES = ("auto", "off")
+
+TRIGGER = re.compile(
+    r"[\d₹$€£¥%°&@#+=]|\b(?:Dr|Mr|Mrs|Ms|Prof|Rs|St|Jr|Sr|vs|etc|No|approx|e\.g|i\.e)\.?(?=\s)"
+    r"|\b(?:km|kg|cm|mm|ml|mg|hrs?|min|sec|AM|PM|am|pm|INR|USD)\b")
+"""Something a grammar may change. Its absence skips the grammars entirely."""
+TAG = re.compile(r"(<[^<>\n]{1,64}>)")
+
+
+@dataclass(frozen=True)
+class NormalizationOptions:
+    mode: str = "auto"
+    """``auto``: on where anything needs it (the grammars where installed, the project's own
+    rules always); ``off``: the text as written."""
+    locale: str | None = None
+    """Date order and digit grouping (``en-IN``, ``hi-IN``, ``en-US``, ``zh-CN``); None: the
+    profile's."""
+    pronunciations: Mapping[str, str] = field(default_factory=dict)
+    """Whole words replaced before anything else (``{"SQL": "sequel"}``): a key matches as
+    written, except an all-lowercase key, which matches in any case."""
+
+
+def check_pronunciations(value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ValueError("pronunciations must be a mapping of word to spoken form")
+    out: dict[str, str] = {}
+    for key, spoken in value.items():
+        if not (isinstance(key, str) and isinstance(spoken, str) and key.strip()
+                and len(key) <= 64 and len(spoken) <= 256 and "<" not in spoken + key):
+            raise ValueError(f"pronunciation {key!r}: a word (1-64 characters) and its "
+                             "spoken form (at most 256), neither with '<'")
+        out[key.strip()] = spoken
+    if len(out) > 10000:
+        raise ValueError("at most 10000 pronunciations")
+    return out
+
+
+def check_mode(value: object) -> str:
+    if value not in MODES:
+        raise ValueError(f"text_normalization must be one of {MODES}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+class TextNormalizer:
+    """One profile's normaliser: its languages (the first is where a run of no known script
+    goes) and locale, with the user's pronunciations."""
+
+    def __init__(self, languages: tuple[str, ...], locale: str,
+                 pronunciations: Mapping[str, str] | None = None) -> None:
+        self.languages = languages
+        self.locale = locale
+        self.indian = locale.endswith("-IN") or locale.startswith("hi")
+        self._words = self._pattern(pronunciations or {})
+        self._spoken = {k.lower() if k.islower() else k: v
+                        for k, v in (pronunciations or {}).items()}
+
+    @staticmethod
+    def _pattern(pronunciations: Mapping[str, str]) -> re.Pattern | None:
+        if not pronunciations:
+            return None
+        keys = sorted(pronunciations, key=len, reverse=True)  # the longest match first
+        alternatives = "|".join(("(?i:" + re.escape(k) + ")") if k.islower() else re.escape(k)
+                                for k in keys)
+        return re.compile(r"(?<!\w)(?:" + alternatives + r")(?!\w)")
+
+    def needs(self, text: str) -> bool:
+        """Whether ``normalize`` could change ``text`` (microseconds: one search each)."""
+        return (TRIGGER.search(text) is not None
+                or (self._words is not None and self._words.search(text) is not None))
+
+    def normalize(self, text: str) -> str:
+        """``text`` as the model must read it (synchronous; grammars may take tens of ms)."""
+        if self._words is not None:
+            text = self._words.sub(
+                lambda m: self._spoken.get(m.group(0), self._spoken.get(m.group(0).lower(),
+                                                                         m.group(0))), text)
+        if TRIGGER.search(text) is None:
+            return text
+        parts = TAG.split(text)  # odd indexes: tags, as written
+        return "".join(p if i % 2 else self._normalize_untagged(p) for i, p in enumerate(parts))
+
+    def _normalize_untagged(self, text: str) -> str:
+        out = []
+        for script, run in runs_by_script(text):
+            language = SCRIPT_LANGUAGES.get(script or "", self.languages[0])
+            if language not in self.languages:
+                language = self.languages[0]
+            out.append(self._run(run, language) if TRIGGER.search(run) else run)
+        return "".join(out)
+
+    def _run(self, text: str, language: str) -> str:
+        lead = text[:len(text) - len(text.lstrip())]
+        trail = text[len(text.rstrip()):]
+        body = text.strip()
+        if language == "en" and self.indian:
+            body = indian_english_numbers(english_rupees(body))
+        elif language == "hi" and grammars.available():
+            hindi = grammars.grammar("hi")
+
+            def cardinal(n: int) -> str:
+                return hindi.normalize(str(n)).strip()
+            body = ungroup(hindi_times(hindi_money(body, cardinal), cardinal))
+        body = spell_dates(body, language, self.locale)
+        if grammars.available() and TRIGGER.search(body) and len(body) <= MAX_GRAMMAR_CHARS:
+            body = grammars.grammar(language).normalize(body, punct_post_process=True)
+            if language == "hi":  # this version reads a Hindi decimal point in English
+                body = re.sub(r"\bpoint\b", "दशमलव", body)
+        return lead + body + trail
+
+
+# -- off the event loop ----------------------------------------------------------------------
+MAX_GRAMMAR_CHARS = 2000
+"""Longer text (100 kB of digits) keeps only the project's own rules: a grammar's time grows
+with its input, and no real chunk is this long."""
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_failures = 0
+
+
+def failures() -> int:
+    """Chunks spoken as written because normalising them failed (process-wide)."""
+    return _failures
+
+
+async def normalize_off_loop(normalizer: TextNormalizer, text: str, request_id: str) -> str:
+    """``normalizer.normalize(text)`` on the normalising thread (grammars take tens of ms:
+    never on the event loop); a failure leaves ``text`` as written, with one warning."""
+    global _pool, _failures
+    if not normalizer.needs(text):
+        return text
+    if _pool is None:  # one thread: the grammars are used by one caller at a time
+        _pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="veena-normalize")
+    try:
+        out = await asyncio.get_running_loop().run_in_executor(
+            _pool, normalizer.normalize, text)
+    except Exception as e:  # noqa: BLE001 - any grammar failure: the text is spoken as written
+        _failures += 1
+        logger.warning("text normalisation failed: the chunk is spoken as written",
+                       extra={"request_id": request_id, "error": repr(e)[:300]})
+        return text
+    if out != text:
+        logger.debug("normalised text", extra={"request_id": request_id, "text": text,
+                                               "normalised": out})
+    return out

@@ -1,0 +1,46 @@
+"""A text split into runs by writing system, so each run is read by its language's grammar:
+Devanagari by the Hindi one, Latin by the English one, Han by the Chinese one (Hinglish mixes
+the first two in one sentence).
+
+Digits, symbols and spaces belong to no script: they join the run after them (``500 रुपये``
+is Hindi, ``₹500 only`` English), or, at the end of the text, the run before."""
+
+from __future__ import annotations
+
+import unicodedata
+
+SCRIPT_LANGUAGES = {"Devanagari": "hi", "Latin": "en", "Han": "zh"}
+
+
+def script_of(char: str) -> str | None:
+    """The writing system of a letter (None: a digit, a symbol, a space, punctuation)."""
+    if "\u0900" <= char <= "\u097f" or "\ua8e0" <= char <= "\ua8ff":
+        return "Devanagari"
+    if "\u4e00" <= char <= "\u9fff" or "\u3400" <= char <= "\u4dbf":
+        return "Han"
+    if char.isalpha():
+        name = unicodedata.name(char, "")
+        return "Latin" if name.startswith("LATIN") else name.split(" ")[0] or None
+    return None
+
+
+def runs_by_script(text: str) -> list[tuple[str | None, str]]:
+    """``text`` as consecutive (script, run) pairs whose runs join back to ``text``."""
+    runs: list[list] = []
+    pending = ""  # characters of no script, waiting for the next letter
+    for char in text:
+        script = script_of(char)
+        if script is None:
+            pending += char
+        elif runs and runs[-1][0] == script:
+            runs[-1][1] += pending + char
+            pending = ""
+        else:
+            runs.append([script, pending + char])
+            pending = ""
+    if pending:
+        if runs:
+            runs[-1][1] += pending
+        else:
+            runs.append([None, pending])
+    return [(s, t) for s, t in runs]

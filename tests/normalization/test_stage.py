@@ -1,0 +1,161 @@
+"""The normalisation stage in the turn, on every surface: the model reads the normalised text,
+the transcript keeps what was written, ``off`` sends the text as written, any split of the
+text into deltas gives the same chunks, and a normaliser that fails leaves the turn speaking."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+
+from livekit.plugins import veena
+from livekit.plugins.veena.normalization import grammars
+from livekit.plugins.veena.normalization import normalizer as normalizer_module
+from livekit.plugins.veena.normalization.normalizer import TextNormalizer
+from livekit.plugins.veena.pipeline.engine import SamplingOptions
+from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
+from livekit.plugins.veena.protocol import ProtocolError, parse_client_message
+
+from ..fakes import fake_pipeline
+
+TEXT = "Pay Rs. 5,00,000 by 15/08/2026. Thank you!"
+SAMPLING = SamplingOptions(max_tokens=7 * 4)
+
+
+def _spy(p) -> list[str]:
+    """The texts the pipeline is asked to speak, in order."""
+    asked: list[str] = []
+    synthesize = p.synthesize
+
+    def spying(text, **kw):
+        asked.append(text)
+        return synthesize(text, **kw)
+
+    p.synthesize = spying
+    return asked
+
+
+async def _turn(p, chunks, **options) -> tuple[Turn, list[str]]:
+    turn = Turn(p, TurnOptions(voice=p.profile.default_voice, sampling=SAMPLING, seed=1,
+                               **options))
+    spoken: list[str] = []
+    turn.on_chunk_spoken = lambda text, a, b: spoken.append(text)
+
+    async def source():
+        for c in chunks:
+            yield c
+
+    await turn.speak(source(), lambda pcm: None)
+    return turn, spoken
+
+
+async def test_the_model_reads_the_normalised_text_and_the_transcript_what_was_written():
+    async with fake_pipeline() as p:
+        asked = _spy(p)
+        _, spoken = await _turn(p, ["Pay Rs. 5,00,000 by 15/08/2026.", "Thank you!"])
+    paid = next(t for t in asked if t.startswith("Pay"))  # (chunks run side by side)
+    assert paid.startswith("Pay five lakh rupees by ") and "15/08/2026" not in paid
+    assert spoken == ["Pay Rs. 5,00,000 by 15/08/2026.", "Thank you!"]
+
+
+async def test_off_sends_the_text_as_written_and_the_environment_sets_the_default():
+    async with fake_pipeline() as p:
+        asked = _spy(p)
+        await _turn(p, ["Pay Rs. 5,00,000 now."], text_normalization="off")
+    assert asked == ["Pay Rs. 5,00,000 now."]
+
+
+async def test_any_split_into_deltas_gives_the_same_chunks():
+    results = []
+    for deltas in ([TEXT], list(TEXT), [TEXT[:7], TEXT[7:15], TEXT[15:]],
+                   re.findall(r"\S+\s*", TEXT)):
+        async with fake_pipeline() as p:
+            asked = _spy(p)
+            tts = veena.TTS(pipeline=p, max_tokens_per_chunk=28)
+            stream = tts.stream()
+            for d in deltas:
+                stream.push_text(d)
+            stream.end_input()
+            async for _ in stream:
+                pass
+            await stream.aclose()
+            results.append(asked)
+    assert all(sorted(r) == sorted(results[0]) for r in results), results
+    assert "five lakh rupees" in " ".join(results[0])
+
+
+async def test_a_normaliser_that_raises_leaves_the_turn_speaking(monkeypatch, caplog):
+    def broken(self, text):
+        raise RuntimeError("grammar exploded")
+
+    monkeypatch.setattr(TextNormalizer, "normalize", broken)
+    before = normalizer_module.failures()
+    async with fake_pipeline() as p:
+        asked = _spy(p)
+        with caplog.at_level(logging.WARNING):
+            await _turn(p, ["Pay Rs. 500 now.", "Hello there."])
+    assert sorted(asked) == ["Hello there.", "Pay Rs. 500 now."]  # spoken as written
+    assert normalizer_module.failures() == before + 1  # the second chunk needs none
+    assert any("normalisation failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_pronunciations_of_a_turn_and_of_the_plugin():
+    async with fake_pipeline() as p:
+        asked = _spy(p)
+        await _turn(p, ["We ship SQL on LiveKit."], pronunciations={"SQL": "sequel"})
+        tts = veena.TTS(pipeline=p, pronunciations={"livekit": "live kit"},
+                        max_tokens_per_chunk=28)
+        await tts.synthesize("LiveKit rocks.").collect()
+        with pytest.raises(ValueError, match="pronunciation"):
+            tts.update_options(pronunciations={"x": "<laugh>"})
+        with pytest.raises(ValueError, match="text_normalization"):
+            veena.TTS(pipeline=p, text_normalization="maybe")
+    assert asked == ["We ship sequel on LiveKit.", "live kit rocks."]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("text_normalization", "on"), ("text_normalization", True),
+    ("pronunciations", ["SQL"]), ("pronunciations", {"SQL": 5}), ("pronunciations", {"": "x"}),
+])
+def test_the_server_refuses_bad_normalisation_fields(field, value):
+    import json
+
+    with pytest.raises(ProtocolError) as e:
+        parse_client_message(json.dumps({"type": "speak", "context_id": "c", "text": "hi",
+                                         field: value}))
+    assert e.value.code == "bad_field"
+
+
+SAID = "₹1,50,000 on 15/08/2026 at 3:30 PM"
+READ = ("one lakh fifty thousand rupees on the fifteenth of august twenty twenty six at three "
+        "thirty PM")
+
+
+@pytest.mark.skipif(not grammars.available(), reason="nemo-text-processing is not installed")
+@pytest.mark.parametrize("mode, read", [("auto", READ), ("off", SAID)])
+def test_say_sends_the_engine_the_normalised_prompt_and_logs_it(tmp_path, monkeypatch, caplog,
+                                                                mode, read):
+    from livekit.plugins.veena import cli
+    from livekit.plugins.veena.models import loading
+    from livekit.plugins.veena.models.profiles import VEENA
+    from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+
+    from ..fakes import STOP, ScriptedEngine, ToneCodec, frames
+
+    made: list[Pipeline] = []
+
+    def fake_load(model, **kw):
+        made.append(Pipeline(ScriptedEngine([frames([[1] * 7] * 3) + [STOP]]), ToneCodec(),
+                             VEENA, PipelineOptions()))
+        return made[-1]
+
+    monkeypatch.setattr(loading, "load_pipeline", fake_load)
+    with caplog.at_level(logging.DEBUG):
+        assert cli.main(["say", SAID, "--model", str(tmp_path), "--profile", "veena",
+                         "--text-normalization", mode, "-o", str(tmp_path / "x.wav")]) == 0
+    p = made[0]
+    ((_, prompt, _),) = p.engine.requests
+    assert prompt == p.family.prompt(p.engine.tokenizer, read, VEENA.default_voice, None)
+    logged = [r for r in caplog.records if r.getMessage() == "normalised text"]
+    assert [r.normalised for r in logged] == ([READ] if mode == "auto" else [])

@@ -1,0 +1,46 @@
+"""The README stays short and points at pages that exist; the benchmark figures are drawn from
+the committed results by bench/plots.py, each naming its machine and date. (The site itself
+is built with ``mkdocs build --strict`` by scripts/test.sh, before the tests.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_readme_is_short_and_its_links_resolve():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if not link.startswith("http")]
+    assert local, "the README links into the docs"
+    for link in local:
+        assert (ROOT / link).exists(), link
+
+
+def test_every_page_in_the_nav_exists_and_every_figure_is_drawn():
+    nav = re.findall(r"^\s+- [^:]+: (\S+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    assert {"index.md", "guards.md", "benchmarks.md", "api.md"} <= set(nav)
+    for page in nav:
+        assert (ROOT / "docs" / page).exists(), page
+    shown = re.findall(r"\(figures/([a-z_]+)\.svg\)", (ROOT / "docs/benchmarks.md").read_text())
+    assert len(shown) >= 4
+    for name in shown:
+        assert (ROOT / "docs/figures" / f"{name}.svg").exists(), name
+        assert (ROOT / "bench/results" / f"{name}.json").exists(), name
+
+
+def test_plots_are_drawn_from_the_committed_results_with_their_machine_and_date(tmp_path):
+    subprocess.run([sys.executable, "bench/plots.py", "--out", str(tmp_path)], cwd=ROOT,
+                   check=True, capture_output=True, timeout=300)
+    drawn = sorted(p.stem for p in tmp_path.glob("*.svg"))
+    assert drawn == sorted(p.stem for p in (ROOT / "docs/figures").glob("*.svg"))
+    for name in drawn:
+        result = json.loads((ROOT / "bench/results" / f"{name}.json").read_text())
+        svg = (tmp_path / f"{name}.svg").read_text()
+        assert result["time"][:10] in svg  # the date of the run, on the figure
