@@ -4,6 +4,7 @@ text into deltas gives the same chunks, and a normaliser that fails leaves the t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 
@@ -40,7 +41,12 @@ async def _turn(p, chunks, **options) -> tuple[Turn, list[str]]:
     turn = Turn(p, TurnOptions(voice=p.profile.default_voice, sampling=SAMPLING, seed=1,
                                **options))
     spoken: list[str] = []
-    turn.on_chunk_spoken = lambda text, a, b: spoken.append(text)
+    turn.lengths = []  # (per chunk: its words' spoken lengths, or None)
+
+    def heard(text, a, b, lengths):
+        spoken.append(text)
+        turn.lengths.append(lengths)
+    turn.on_chunk_spoken = heard
 
     async def source():
         for c in chunks:
@@ -51,12 +57,34 @@ async def _turn(p, chunks, **options) -> tuple[Turn, list[str]]:
 
 
 async def test_the_model_reads_the_normalised_text_and_the_transcript_what_was_written():
-    async with fake_pipeline() as p:
+    async with fake_pipeline(hold_after=1) as p:
         asked = _spy(p)
-        _, spoken = await _turn(p, ["Pay Rs. 5,00,000 by 15/08/2026.", "Thank you!"])
+        lengths_asked: list[asyncio.Future] = []
+        spoken_lengths = p.spoken_lengths
+
+        def spying(words, pronunciations=None):
+            lengths_asked.append(spoken_lengths(words, pronunciations))
+            return lengths_asked[-1]
+
+        p.spoken_lengths = spying
+
+        async def release():  # the engine speaks once the words' lengths are known
+            while not lengths_asked:
+                await asyncio.sleep(0.01)
+            await asyncio.gather(*lengths_asked)
+            p.engine.gate.set()
+
+        releaser = asyncio.create_task(release())
+        turn, spoken = await _turn(p, ["Pay Rs. 5,00,000 by 15/08/2026.", "Thank you!"])
+        await releaser
     paid = next(t for t in asked if t.startswith("Pay"))  # (chunks run side by side)
     assert paid.startswith("Pay five lakh rupees by ") and "15/08/2026" not in paid
     assert spoken == ["Pay Rs. 5,00,000 by 15/08/2026.", "Thank you!"]
+    # the written words, timed by what they were read as: the date takes the most time
+    lengths = turn.lengths[0]
+    assert lengths is not None and turn.lengths[1] is None
+    words = "Pay Rs. 5,00,000 by 15/08/2026.".split()
+    assert lengths[0] == 3 and lengths[4] > len(words[4]) and max(lengths) == lengths[4]
 
 
 async def test_off_sends_the_text_as_written_and_the_environment_sets_the_default():
@@ -159,3 +187,20 @@ def test_say_sends_the_engine_the_normalised_prompt_and_logs_it(tmp_path, monkey
     assert prompt == p.family.prompt(p.engine.tokenizer, read, VEENA.default_voice, None)
     logged = [r for r in caplog.records if r.getMessage() == "normalised text"]
     assert [r.normalised for r in logged] == ([READ] if mode == "auto" else [])
+
+
+async def test_the_server_counts_normalisation_failures(monkeypatch):
+    from livekit.plugins.veena.server.metrics import ServerMetrics
+
+    def broken(self, text):
+        raise RuntimeError("grammar exploded")
+
+    monkeypatch.setattr(TextNormalizer, "normalize", broken)
+    m = ServerMetrics()
+    try:
+        before = m.registry.get_sample_value("veena_normalization_failures_total")
+        async with fake_pipeline() as p:
+            await _turn(p, ["Pay Rs. 500 now."])
+        assert m.registry.get_sample_value("veena_normalization_failures_total") == before + 1
+    finally:
+        m.close()

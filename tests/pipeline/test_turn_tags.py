@@ -61,7 +61,7 @@ async def _texts(*chunks):
 async def _speak(turn: Turn, *chunks) -> tuple[list[str], int]:
     """Speak ``chunks``; the words each chunk reported, and the samples pushed."""
     spoken, pushed = [], []
-    turn.on_chunk_spoken = lambda text, a, b: spoken.append(text)
+    turn.on_chunk_spoken = lambda text, a, b, lengths: spoken.append(text)
     await turn.speak(_texts(*chunks), pushed.append)
     return spoken, sum(len(x) for x in pushed)
 
@@ -98,7 +98,8 @@ async def test_transcripts_carry_no_tag():
     async with tagged_pipeline() as (p, _):
         turn = _turn(p)
         words = []
-        turn.on_chunk_spoken = lambda text, a, b: words.extend(word_timings(text, a, b))
+        turn.on_chunk_spoken = lambda text, a, b, lengths: words.extend(
+            word_timings(text, a, b, lengths))
         await turn.speak(_texts("<sigh> Fine, <laugh> really.", "Bye <gasp> now! <laugh>"),
                          lambda pcm: None)
         assert [w.text for w in words] == ["Fine, ", "really. ", "Bye ", "now! "]

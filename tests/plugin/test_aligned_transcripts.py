@@ -75,3 +75,11 @@ async def test_agent_session_shows_the_aligned_words(pipeline):
         assert timed[-1].end_time <= out.seconds + 1e-6
     finally:
         await session.aclose()
+
+
+def test_words_are_timed_by_what_they_were_read_as():
+    """A normalised word (``₹500`` read as "five hundred rupees") takes its spoken share."""
+    words = word_timings("pay ₹500 now", 0.0, 1.0, [3, 18, 3])
+    assert [w.text for w in words] == ["pay ", "₹500 ", "now "]
+    assert words[1].end - words[1].start == pytest.approx(18 / 24)
+    assert word_timings("a b", 0, 1, [1])[1].start == 0.5  # a wrong count: written lengths

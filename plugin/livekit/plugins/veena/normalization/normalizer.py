@@ -15,7 +15,7 @@ import concurrent.futures
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from . import grammars
 from .dates import hindi_times, spell_dates
@@ -106,6 +106,10 @@ class TextNormalizer:
         parts = TAG.split(text)  # odd indexes: tags, as written
         return "".join(p if i % 2 else self._normalize_untagged(p) for i, p in enumerate(parts))
 
+    def spoken_lengths(self, words: list[str]) -> list[int]:
+        """Per word, the characters it is read as (a transcript's timing weights)."""
+        return [len(self.normalize(w)) if self.needs(w) else len(w) for w in words]
+
     def _normalize_untagged(self, text: str) -> str:
         out = []
         for script, run in runs_by_script(text):
@@ -142,6 +146,7 @@ with its input, and no real chunk is this long."""
 
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _failures = 0
+_failure_listeners: list[Callable[[], None]] = []
 
 
 def failures() -> int:
@@ -149,19 +154,33 @@ def failures() -> int:
     return _failures
 
 
+def add_failure_listener(listener: Callable[[], None]) -> Callable[[], None]:
+    """``listener()`` hears each failure as it is counted (the server's metrics); the
+    returned call stops it."""
+    _failure_listeners.append(listener)
+    return lambda: _failure_listeners.remove(listener)
+
+
+def _thread() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    if _pool is None:  # one thread: the grammars are used by one caller at a time
+        _pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="veena-normalize")
+    return _pool
+
+
 async def normalize_off_loop(normalizer: TextNormalizer, text: str, request_id: str) -> str:
     """``normalizer.normalize(text)`` on the normalising thread (grammars take tens of ms:
     never on the event loop); a failure leaves ``text`` as written, with one warning."""
-    global _pool, _failures
+    global _failures
     if not normalizer.needs(text):
         return text
-    if _pool is None:  # one thread: the grammars are used by one caller at a time
-        _pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="veena-normalize")
     try:
         out = await asyncio.get_running_loop().run_in_executor(
-            _pool, normalizer.normalize, text)
+            _thread(), normalizer.normalize, text)
     except Exception as e:  # noqa: BLE001 - any grammar failure: the text is spoken as written
         _failures += 1
+        for listener in list(_failure_listeners):
+            listener()
         logger.warning("text normalisation failed: the chunk is spoken as written",
                        extra={"request_id": request_id, "error": repr(e)[:300]})
         return text
@@ -169,3 +188,10 @@ async def normalize_off_loop(normalizer: TextNormalizer, text: str, request_id: 
         logger.debug("normalised text", extra={"request_id": request_id, "text": text,
                                                "normalised": out})
     return out
+
+
+def spoken_lengths_later(normalizer: TextNormalizer, words: list[str]) -> asyncio.Future:
+    """``normalizer.spoken_lengths(words)``, queued on the normalising thread behind the text
+    itself: a transcript needs it only after the chunk's audio, so it never delays it."""
+    return asyncio.get_running_loop().run_in_executor(_thread(), normalizer.spoken_lengths,
+                                                      words)

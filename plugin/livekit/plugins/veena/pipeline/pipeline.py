@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from ..codecs.base import Codec
 from ..normalization import TextNormalizer, check_mode, normalize_off_loop
+from ..normalization.normalizer import spoken_lengths_later
 from ..validation import check_int
 from .alarm import SharedAlarm
 from .chunking import ChunkerOptions, chunk_text
@@ -205,6 +206,12 @@ class Pipeline:
         if (mode or self.options.normalization.mode) == "off":
             return text
         return await normalize_off_loop(self.normalizer(pronunciations), text, request_id)
+
+    def spoken_lengths(self, words: list[str],
+                       pronunciations: Mapping[str, str] | None = None) -> asyncio.Future:
+        """Per word of a normalised chunk, the characters it was read as, computed off the
+        event loop after the chunk's own text (its transcript's timing weights)."""
+        return spoken_lengths_later(self.normalizer(pronunciations), words)
 
     def synthesize(self, text: str, *, voice: str | None = None,
                    sampling: SamplingOptions | None = None, seed: int | None = None,

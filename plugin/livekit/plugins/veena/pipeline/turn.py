@@ -163,10 +163,14 @@ class Turn:
         self.on_request_started: Callable[[], None] = lambda: None
         self.on_speaker_globals: Callable[[tuple[int, ...]], None] = lambda g: None
         """Called once when the turn has captured its speaker globals (not when given)."""
-        self.on_chunk_spoken: Callable[[str, float, float], None] = lambda text, a, b: None
-        """Called after each chunk's audio with its text and its span in the turn's audio
-        (seconds from the turn's first sample): exact chunk boundaries for transcripts."""
+        self.on_chunk_spoken: Callable[[str, float, float, list[int] | None], None] = (
+            lambda text, a, b, lengths: None)
+        """Called after each chunk's audio with its text as written, its span in the turn's
+        audio (seconds from the turn's first sample: exact chunk boundaries for transcripts)
+        and, where it was normalised, each word's length as read (else None)."""
         self._texts: dict[int, str] = {}
+        self._spoken_lengths: dict[int, asyncio.Future] = {}
+        """Per normalised chunk, its words' spoken lengths (computed after its text)."""
         self._request_ids: dict[int, str] = {}
         self._tags_warned = False
         self._first_index: int | None = None
@@ -200,10 +204,15 @@ class Turn:
             if not text.strip():  # nothing left to say once its tags were removed
                 out.end()
                 return
-            # as the model must read it (the transcript keeps the text as written)
+            # as the model must read it (the transcript keeps the text as written, its words
+            # timed by what they were read as)
+            written = text
             text = await self._p.normalized(text, self._request_ids[index],
                                             self._opts.text_normalization,
                                             self._opts.pronunciations)
+            if text != written:
+                self._spoken_lengths[index] = self._p.spoken_lengths(
+                    spoken_text(written).split(), self._opts.pronunciations)
             if (index != self._first_index and self.speaker_globals is None
                     and self._p.family.has_speaker_globals):
                 await self._await_first_globals()
@@ -304,7 +313,8 @@ class Turn:
                 if samples:  # a seam's crossfade counts as the earlier chunk's
                     end = start + samples - overlap
                     if self._texts[index]:
-                        self.on_chunk_spoken(self._texts[index], start / rate, end / rate)
+                        self.on_chunk_spoken(self._texts[index], start / rate, end / rate,
+                                             self._lengths_of(index))
                     start = end
                 index += 1
             tail = joiner.finish()
@@ -313,6 +323,14 @@ class Turn:
             await scheduler
         finally:
             await self.aclose(scheduler)
+
+    def _lengths_of(self, index: int) -> list[int] | None:
+        """The chunk's words' spoken lengths, where known by now (a transcript falls back to
+        the written lengths rather than wait)."""
+        fut = self._spoken_lengths.pop(index, None)
+        if fut is None or not fut.done() or fut.cancelled() or fut.exception() is not None:
+            return None
+        return fut.result()
 
     def _progress_at(self, index: int) -> float:
         syn = self._syns.get(index)

@@ -110,8 +110,8 @@ class LocalSpeaker:
         request.voice.seed = turn.seed
         turn.on_request_started = request.on_started
         turn.on_speaker_globals = request.voice.captured
-        turn.on_chunk_spoken = lambda said, a, b: push_words(
-            emitter, [(w.text, w.start, w.end) for w in word_timings(said, a, b)])
+        turn.on_chunk_spoken = lambda said, a, b, lengths: push_words(
+            emitter, [(w.text, w.start, w.end) for w in word_timings(said, a, b, lengths)])
 
         async def spoken() -> AsyncIterator[str]:
             async for piece in text.pieces:

@@ -98,8 +98,8 @@ class Context:
         self.turn = _ContextTurn(state.pipeline, turn_opts)
         self.turn.on_chunk_generated = self._chunk_generated
         self.turn.on_speaker_globals = lambda g: self._send(voice_event(self.cid, g))
-        self.turn.on_chunk_spoken = lambda text, a, b: self._send(words_event(
-            self.cid, [(w.text, w.start, w.end) for w in word_timings(text, a, b)]))
+        self.turn.on_chunk_spoken = lambda text, a, b, lengths: self._send(words_event(
+            self.cid, [(w.text, w.start, w.end) for w in word_timings(text, a, b, lengths)]))
         self._created = time.perf_counter()
         self.last_sent = time.monotonic()
         self._first_audio: float | None = None

@@ -16,6 +16,7 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from ..normalization.normalizer import add_failure_listener, failures
 from ..pipeline.guards import add_guard_listener, guard_counts
 from ..pipeline.turn import add_removed_tags_listener, unknown_tags_removed
 
@@ -88,8 +89,13 @@ class ServerMetrics:
             "loop (cut), runaway (cut), silence (cut)", ["guard"], registry=r)
         for guard, count in guard_counts().items():  # the process's counts so far
             self.guards.labels(guard).inc(count)
+        self.normalization_failures = Counter(
+            "veena_normalization_failures", "Chunks spoken as written because normalising "
+            "their text failed", registry=r)
+        self.normalization_failures.inc(failures())
         self._stop_listening = [add_removed_tags_listener(self.unknown_tags.inc),
-                                add_guard_listener(lambda g: self.guards.labels(g).inc())]
+                                add_guard_listener(lambda g: self.guards.labels(g).inc()),
+                                add_failure_listener(self.normalization_failures.inc)]
 
     def close(self) -> None:
         """Stop counting this process's removed tags and guard firings (the app is done)."""
