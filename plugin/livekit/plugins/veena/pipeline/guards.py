@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -221,6 +221,16 @@ class RunGuards:
         self._silence = (SilenceMeter(options.silence_s, options.silence_dbfs, sample_rate)
                          if options.silence_s > 0 else None)
         self.fade_samples = int(options.fade_ms * sample_rate / 1000)
+
+    @classmethod
+    def for_run(cls, options: GuardOptions, text: str, codec: Any, family: Any,
+                default_budget: bool) -> "RunGuards":
+        """A run's guards: the runaway bound narrows the default budget only (a
+        ``max_tokens`` the caller gives is theirs, a benchmark's fixed length, as with the
+        model card's cap)."""
+        per_char = getattr(family.profile, "runaway_s_per_char", 0.0) if default_budget else 0.0
+        return cls(options, text, codec.sample_rate / codec.samples_per_step,
+                   codec.sample_rate, per_char, family.trim_start_steps)
 
     def empty(self, tokens_without_audio: int) -> bool:
         """No step yet after this many tokens."""

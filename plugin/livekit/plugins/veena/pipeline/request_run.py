@@ -1,15 +1,12 @@
 """One engine request's run: tokens in, crossfaded float audio out, all its state in one place.
 
-A producer task reads the engine's tokens and parses them through the family's track; the
-planner says which window to decode next and the run submits it to the decode scheduler.
-Each decoded window is stitched and pushed to the run's sink from the decode's completion,
-in submission order: no task wakes to hand a window on (at hundreds of streams those wakes
-were a large part of the event loop's work). With listener-paced windows
-(``pacing.AdaptivePlanner``, the default) a run keeps one window in the decoder and sizes the
-next one when that one is decoded; with the fixed ramp every window goes out as soon as it is
-decodable. ``aclose()`` is the one place where a run ends: it stops the producer (which
-aborts the vLLM request), drops the run's pending windows and cancels the ones already
-handed out, so nothing outlives a cancelled or failed run.
+A producer task reads the engine's tokens, parses them through the family's track and asks
+the guards about each step; the planner says which window to decode next and the run
+submits it to the decode scheduler. Each decoded window is stitched and pushed to the run's
+sink from the decode's completion, in submission order: no task wakes to hand a window on.
+Listener-paced (``pacing.AdaptivePlanner``), a run keeps one window in the decoder; with the
+fixed ramp every window goes out when decodable. ``aclose()`` is the one place where a run
+ends: the producer stops (the vLLM request is aborted), every pending window is dropped.
 """
 
 from __future__ import annotations
@@ -73,17 +70,11 @@ class RequestRun:
         self._unheard = pipeline.family.trim_start_steps * pipeline.codec.samples_per_step
         """Samples still to drop from the start, as the model's reference does."""
         self._stream_sent = 0
+        """Steps sent to that stream in windows so far (the next window skips them)."""
         self._windowed_end = 0
         """The steps a submitted window has reached (a guard's cut never goes below it)."""
-        """Steps sent to that stream in windows so far (the next window skips them)."""
-        codec, profile = pipeline.codec, pipeline.family.profile
-        # the runaway bound narrows the default budget only: a max_tokens the caller gives
-        # is theirs (a benchmark's fixed length), as with the model card's cap
-        runaway = synthesis.sampling.max_tokens is None
-        self.guards = RunGuards(pipeline.options.guards, text,
-                                codec.sample_rate / codec.samples_per_step, codec.sample_rate,
-                                getattr(profile, "runaway_s_per_char", 0.0) if runaway else 0.0,
-                                pipeline.family.trim_start_steps)
+        self.guards = RunGuards.for_run(pipeline.options.guards, text, pipeline.codec,
+                                        pipeline.family, synthesis.sampling.max_tokens is None)
         self.guard_cut: str | None = None
         """The guard that ended this run early (``guards.GUARDS``), if one did."""
         self.stitcher = Stitcher(pipeline.codec.samples_per_step,
@@ -106,12 +97,9 @@ class RequestRun:
         self.last_progress = time.monotonic()
 
     def progress_at(self) -> float:
-        """When this run last moved forward (monotonic clock).
-
-        Its own tokens and decoded windows count; so does the engine serving others while
-        this run still waits for its first token (queued in vLLM behind running requests),
-        and the decode scheduler finishing batches while this run's windows wait their turn.
-        A stall is therefore "nothing moves", never "busy elsewhere"."""
+        """When this run last moved forward (monotonic): its tokens and decoded windows, and
+        the engine or the decoder serving others while this run waits its turn there (a
+        stall is "nothing moves", never "busy elsewhere")."""
         t = self.last_progress
         if self.awaiting_tokens:
             t = max(t, self._p.engine.last_output)
@@ -123,11 +111,9 @@ class RequestRun:
         self.last_progress = time.monotonic()
 
     async def play(self, sink: Callable[[np.ndarray, bool], None]) -> None:
-        """Run to the end: ``sink(samples, done)`` gets the stitched audio of each window as
-        its decode completes (called from that completion, in order), ``done`` with the
-        last window's (or, where no window was last, once at the end with no samples).
-        Raises what ended the run (a decode, engine or sink failure, in order); cancelled,
-        the run ends (``aclose``)."""
+        """Run to the end: ``sink(samples, done)`` gets each window's stitched audio from its
+        decode's completion, in order, ``done`` with the last (or once at the end, empty).
+        Raises what ended the run, in order; cancelled, the run ends (``aclose``)."""
         await self._p.start()
         self._sink = sink
         self._finished = asyncio.get_running_loop().create_future()
@@ -152,9 +138,7 @@ class RequestRun:
         try:
             while submitted and submitted[0][1].done():
                 window, fut = submitted.popleft()
-                if fut.cancelled():  # the scheduler closed under the run: a failure of
-                    # the run, in order (a cancel here ended a task nobody cancelled, and
-                    # its turn waited out its whole timeout)
+                if fut.cancelled():  # the scheduler closed under the run: a failure, in order
                     raise EngineClosedError(f"the pipeline closed under request "
                                             f"{self.request_id}")
                 audio = fut.result()  # a decode failure is raised here, in order
@@ -188,10 +172,8 @@ class RequestRun:
         self.pending_windows = 0
         self._ended = True
         self._sink = None  # nothing more reaches the listener
-        if self._recheck is not None:
-            self._recheck.cancel()
-        # windows go first: the codec wastes no call on them while vLLM's abort is awaited,
-        # and no one sees the engine settled with this run's windows still queued
+        self._cancel_recheck()
+        # windows first: no codec call is wasted on them while vLLM's abort is awaited
         dropped = self._drop_windows()
         try:
             if self._producer is not None:  # (a failed one's error is taken here too)
@@ -214,8 +196,7 @@ class RequestRun:
         """The silence guard fired on decoded audio: nothing after it is heard, generated
         or decoded."""
         self.guard_cut = "silence"
-        self._syn.guard_log.fire("silence", self.request_id,
-                                 silence_s=self.guards.options.silence_s)
+        self._syn.guard_log.fire("silence", self.request_id, s=self.guards.options.silence_s)
         self._ended = self._no_more_windows = True
         self._cancel_recheck()
         self._drop_windows()
@@ -225,13 +206,10 @@ class RequestRun:
         """A loop or a runaway found in the ``new`` steps just parsed: keep ``keep`` steps,
         or where decoding has already reached (and one more, to carry the fade), and
         nothing after; return how many of the new steps are announced."""
-        steps = self.track.steps
-        planner = self.planner if self.planner is not None else self._ramp
+        steps, planner = self.track.steps, self.planner or self._ramp
         announced = len(steps) - new
         keep = min(len(steps), max(keep, self._windowed_end + 1))
-        rate = self._p.codec.sample_rate / self._p.codec.samples_per_step
-        self._syn.guard_log.fire(guard, self.request_id, steps=len(steps), kept_steps=keep,
-                                 kept_s=round(keep / rate, 2))
+        self._syn.guard_log.fire(guard, self.request_id, steps=len(steps), kept_steps=keep)
         del steps[keep:]
         self.guard_cut = guard
         if keep < announced:  # the planner is told of fewer steps than it had
@@ -321,10 +299,9 @@ class RequestRun:
         return StreamPart(self._stream, skip, w.keep_end, flush, w.is_last)
 
     def _decoded(self, window: Window, fut: asyncio.Future) -> None:
-        """A window's decode ended: hand it over in order. Listener-paced, its audio exists,
-        so the next one may be chosen; its audio counts as heard from now on, even if the
-        consumer takes it later (a turn's next piece waits for the one playing): the planner
-        underestimates the listener's buffer there, never overestimates it."""
+        """A window's decode ended: hand it over in order; listener-paced, choose the next
+        (its audio counts as heard from now on: the planner may underestimate the
+        listener's buffer, never overestimate it)."""
         self._in_flight -= 1
         self._hand_over()
         if self.planner is None or fut.cancelled() or fut.exception() is not None:
@@ -337,8 +314,7 @@ class RequestRun:
         try:
             capture = (p.family.capture_sampling(syn.sampling, p.table)
                        if syn.speaker_globals is None else None)
-            # an adapter's name is a speaker name too (asked of a family only then: a family
-            # written before adapters keeps working for every other request)
+            # an adapter's name is a speaker name too (asked of a family only then)
             speakers = {} if syn.adapter is None else {"speakers": (syn.adapter.name,)}
             if capture is not None:  # capture the speaker tokens, then continue with them
                 prompt = p.family.prompt(p.engine.tokenizer, self._text, syn.voice, None,
@@ -361,16 +337,15 @@ class RequestRun:
             syn.timings.invalid_frames += self.track.stats.invalid_frames
 
     async def _retry_empty(self, prompt: list[int], main: SamplingOptions) -> None:
-        """The empty guard: the main request gave no audio at all (so none of it was heard).
-        Ask once more, on a new track, with a seed derived from this one: the prompt, and
-        with it the voice (speaker, description, adapter, BiCodec globals) stays."""
+        """The empty guard: no audio at all (so none heard). Ask once more on a new track
+        with a derived seed and the same prompt: the voice (speaker, description, adapter,
+        BiCodec globals) stays."""
         p, syn, log = self._p, self._syn, self._syn.guard_log
         log.fire("empty", self.request_id, tokens=self.track.stats.tokens, retry=True)
         syn.timings.invalid_frames += self.track.stats.invalid_frames
         self.track = p.family.new_track(p.table, self.request_id, syn.speaker_globals)
-        seed = retry_seed(main.seed if main.seed is not None else self.seed)
-        await self._generate(prompt, replace(main, seed=seed), f"{self.request_id}.retry",
-                             main=True)
+        seed = retry_seed(self.seed if main.seed is None else main.seed)
+        await self._generate(prompt, replace(main, seed=seed), f"{self.request_id}.retry", True)
         if not self.track.steps:  # the chunk ends without audio
             log.fire("empty", self.request_id, tokens=self.track.stats.tokens, retry=False)
 
