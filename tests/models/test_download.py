@@ -123,7 +123,8 @@ def test_a_missing_repository_is_one_clear_error(hub, tmp_path):
 
 
 def test_cli_and_plugin_entry_points(tmp_path, tiny_model_dir, monkeypatch):
-    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path), "PATH": "/usr/bin"}
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path), "PATH": "/usr/bin",
+           "VEENA_TEXT_NORMALIZATION": "off"}  # (the grammars: test_grammars_are_prepared)
     done = subprocess.run([sys.executable, "-m", "livekit.plugins.veena.cli", "download",
                            "nobody/nothing"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "cannot download 'nobody/nothing'" in done.stderr
@@ -197,7 +198,8 @@ def test_lora_adapters_are_fetched_ahead_of_time(tiny_model_dir, tmp_path, monke
     finally:
         fake.close()
     # a local adapter is its own folder: printed by the command, nothing fetched
-    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path), "PATH": "/usr/bin"}
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path), "PATH": "/usr/bin",
+           "VEENA_TEXT_NORMALIZATION": "off"}  # (the grammars: test_grammars_are_prepared)
     done = subprocess.run([sys.executable, "-m", "livekit.plugins.veena.cli", "download",
                            tiny_model_dir, "--lora", f"acme={adapter}"], env=env,
                           capture_output=True, text=True, timeout=120)

@@ -204,3 +204,25 @@ async def test_the_server_counts_normalisation_failures(monkeypatch):
         assert m.registry.get_sample_value("veena_normalization_failures_total") == before + 1
     finally:
         m.close()
+
+
+async def test_grammars_are_prepared_by_download_and_prewarm(tiny_model_dir, monkeypatch):
+    """``veena-tts download`` (like ``download-files``) and ``prewarm()`` compile or load
+    the grammars ahead of the first turn; with normalisation off they leave them."""
+    from livekit.plugins.veena import cli
+
+    asked: list[str] = []
+    monkeypatch.setattr(grammars, "available", lambda: True)
+    monkeypatch.setattr(grammars, "grammar", lambda language: asked.append(language))
+    assert await asyncio.to_thread(cli.main, ["download", tiny_model_dir]) == 0
+    assert asked == list(grammars.LANGUAGES)
+    asked.clear()
+    async with fake_pipeline() as p:
+        veena.TTS(pipeline=p).prewarm()
+        while not asked:  # the prewarm runs in the background
+            await asyncio.sleep(0.01)
+    assert asked == ["hi", "en"]  # Veena's languages
+    asked.clear()
+    monkeypatch.setenv("VEENA_TEXT_NORMALIZATION", "off")
+    assert await asyncio.to_thread(cli.main, ["download", tiny_model_dir]) == 0
+    assert asked == []

@@ -59,9 +59,10 @@ def grammar(language: str) -> Any:
 
 
 def prepare(languages: tuple[str, ...] = LANGUAGES) -> None:
-    """Compile or load the grammars of ``languages`` now (``download``, ``prewarm``); a
-    failure is logged, never raised (normalisation then uses the project's rules alone)."""
-    if not available():
+    """Compile or load the grammars of ``languages`` now (``download``, ``prewarm``), unless
+    ``VEENA_TEXT_NORMALIZATION=off``; a failure is logged, never raised (normalisation then
+    uses the project's rules alone)."""
+    if not available() or os.environ.get("VEENA_TEXT_NORMALIZATION") == "off":
         return
     for language in languages:
         try:
