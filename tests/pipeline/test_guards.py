@@ -282,3 +282,55 @@ def test_the_server_counts_each_guard():
         m.close()
     log.fire("silence", "r-3")  # closed: no longer counted there
     assert count(m, "silence") == before[0] + 2
+
+
+class _BiCodecTokenizer:
+    """BiCodec's token strings at fixed ids (globals from 1000, semantic from 6000), any other
+    text as bytes."""
+
+    def get_vocab(self) -> dict[str, int]:
+        vocab = {f"<|bicodec_global_{i}|>": 1000 + i for i in range(4096)}
+        vocab.update({f"<|bicodec_semantic_{i}|>": 6000 + i for i in range(8192)})
+        vocab.update({"<|end_semantic_token|>": 998, "<|im_end|>": 999})
+        return vocab
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [1 + b % 250 for b in text.encode()]
+
+
+class _BiCodecTone:
+    """BiCodec's shape (16 kHz, 320 samples per semantic token), one quiet tone."""
+
+    name, sample_rate, samples_per_step = "bicodec-tone", 16000, 320
+
+    def decode(self, batch):
+        return [np.full(len(b.codes) * 320, 0.2, np.float32) for b in batch]
+
+    def warmup(self) -> None:
+        pass
+
+
+async def test_a_retry_keeps_the_captured_globals_the_voice_of_a_bicodec_call():
+    from livekit.plugins.veena.models.profiles import VEENA3
+
+    globals_ = list(range(5, 37))
+    engine = ScriptedEngine({"fake-0.globals": [1000 + g for g in globals_], "fake-0": [998],
+                             "fake-0.retry": [6000 + t for t in range(60)] + [998]}, delta=1)
+    engine.tokenizer = _BiCodecTokenizer()
+    p = Pipeline(engine, _BiCodecTone(), VEENA3, PipelineOptions())
+    await p.start()
+    turn = Turn(p, TurnOptions(voice=VEENA3.default_voice, sampling=SAMPLING, seed=3))
+    out: list[np.ndarray] = []
+
+    async def text():
+        yield "यह एक वाक्य है।"
+
+    try:
+        await turn.speak(text(), out.append)
+    finally:
+        await p.aclose()
+    assert [g for g, _ in turn.guard_log.fired] == ["empty"]
+    (rid0, _, _), (rid1, main, _), (rid2, retry, _) = engine.requests
+    assert (rid0, rid1, rid2) == ("fake-0.globals", "fake-0", "fake-0.retry")
+    assert retry == main  # the same prompt, the captured globals in it
+    assert turn.speaker_globals == tuple(globals_) and sum(map(len, out)) == 60 * 320
