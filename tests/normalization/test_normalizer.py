@@ -38,7 +38,7 @@ def test_english_cardinals_in_both_systems(n, indian, words):
 
 @pytest.mark.parametrize("text, locale, want", [
     ("12/08/2026", "en-IN", "12 August 2026"),
-    ("12/08/2026", "en-US", "December 8, 2026"),
+    ("12/08/2026", "en-US", "12/08/2026"),  # month first: the English grammar's own reading
     ("31-12-26", "en-GB", "31 December 2026"),
     ("13/13/2026", "en-IN", "13/13/2026"),  # no such date: left as written
     ("version 1.2.3", "en-IN", "version 1.2.3"),
@@ -120,7 +120,8 @@ def _cases(name: str) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("name, languages, locale", [
     ("hi_money", ("hi",), "hi-IN"), ("hi_cardinal", ("hi",), "hi-IN"),
     ("en_money", ("en",), "en-US"), ("en_cardinal", ("en",), "en-US"),
-    ("zh_money", ("zh",), "zh-CN"),
+    ("zh_money", ("zh",), "zh-CN"), ("hi_time", ("hi",), "hi-IN"), ("hi_date", ("hi",), "hi-IN"),
+    ("en_date", ("en",), "en-US"), ("zh_date", ("zh",), "zh-CN"),
 ])
 def test_the_grammars_own_test_cases_through_the_stage(name, languages, locale):
     n = TextNormalizer(languages, locale)
@@ -139,6 +140,7 @@ def test_the_grammars_own_test_cases_through_the_stage(name, languages, locale):
     ("₹2.5 करोड़ का ऑर्डर", "दो दशमलव पाँच करोड़ रुपए का ऑर्डर"),
     ("15/08/2026 को 3:30 बजे", "पंद्रह अगस्त दो हज़ार छब्बीस को साढ़े तीन बजे"),
     ("मीटिंग 10:20 बजे है", "मीटिंग दस बजकर बीस मिनट है"),
+    ("12/07/1970 को", "बारह जुलाई उन्नीस सौ सत्तर को"),  # a year as a year
     ("3.5 किलो", "तीन दशमलव पाँच किलो"),
     ("25 लोग", "पच्चीस लोग"),
     # Hinglish: each script's run in its language
@@ -154,6 +156,6 @@ def test_what_a_listener_must_hear_in_indian_english_and_hindi(text, want):
 @needs_grammars
 def test_orpheus_reads_dates_month_first_and_spark_reads_chinese():
     us = TextNormalizer(("en",), "en-US")
-    assert us.normalize("on 12/08/2026") == "on december eighth, twenty twenty six"
+    assert us.normalize("on 12/08/2026") == "on december eighth twenty twenty six"
     zh = TextNormalizer(("zh", "en"), "zh-CN")
     assert zh.normalize("一共100美元") == "一共一百美元"

@@ -125,13 +125,14 @@ class TextNormalizer:
         body = text.strip()
         if language == "en" and self.indian:
             body = indian_english_numbers(english_rupees(body))
-        elif language == "hi" and grammars.available():
+        cardinal = None
+        if language == "hi" and grammars.available():
             hindi = grammars.grammar("hi")
 
             def cardinal(n: int) -> str:
                 return hindi.normalize(str(n)).strip()
             body = ungroup(hindi_times(hindi_money(body, cardinal), cardinal))
-        body = spell_dates(body, language, self.locale)
+        body = spell_dates(body, language, self.locale, cardinal)
         if grammars.available() and TRIGGER.search(body) and len(body) <= MAX_GRAMMAR_CHARS:
             body = grammars.grammar(language).normalize(body, punct_post_process=True)
             if language == "hi":  # this version reads a Hindi decimal point in English
