@@ -19,7 +19,7 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +183,11 @@ async def capture_voice(pipeline: Any, text: str, voice: str, *, seed: int | Non
     if not pipeline.family.has_speaker_globals:
         raise VoiceFileError(f"model profile {pipeline.profile.name} has no speaker tokens to "
                              "capture (its voice is the speaker prompt alone)")
-    syn = pipeline.synthesize(text, voice=voice, seed=seed)
+    # a budget of its own: enough for the speaker tokens and the first speech after them (the
+    # rest is not needed, and the runaway guard applies to the default budget only)
+    globals_ = getattr(pipeline.profile, "num_global_tokens", 32)
+    sampling = replace(pipeline.sampling.defaults(), max_tokens=2 * globals_ + 64)
+    syn = pipeline.synthesize(text, voice=voice, seed=seed, sampling=sampling)
     try:
         async for _ in syn:
             if syn.speaker_globals is not None:
