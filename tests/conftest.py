@@ -30,9 +30,8 @@ os.environ.setdefault("VEENA_CPU_KVCACHE_GIB", str(TINY_KV_CACHE_GIB))
 # GPU's process layout and each start saves a process's imports (~12 s of CPU) and ~1 GB.
 # AsyncLLM still runs its core in a process of its own.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-# the text-normalisation grammars compile once per checkout (about 100 s), then load in ~1 s
-os.environ.setdefault("VEENA_NORMALIZATION_CACHE", os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "grammars"))
+# The text-normalisation grammars are read from the product's own cache (a user's
+# ~/.cache/veena-tts/grammars): compiled once per machine (about 100 s), not per checkout.
 
 SESSION_ENGINES = {"pipeline", "spark_pipeline", "maya1_pipeline", "server_url"}
 """The session fixtures that start a vLLM engine."""

@@ -7,6 +7,7 @@ pynini) ``available()`` is False and normalisation uses the project's own rules 
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -22,10 +23,12 @@ LANGUAGES = ("en", "hi", "zh")
 
 
 def cache_dir() -> Path:
-    """Where compiled grammars are kept (``VEENA_NORMALIZATION_CACHE``; default
-    ``~/.cache/veena-tts/grammars``)."""
+    """Where compiled grammars are kept: under ``VEENA_NORMALIZATION_CACHE`` (default
+    ``~/.cache/veena-tts/grammars``), one folder per NeMo version, since NeMo names its
+    compiled files by language alone and would load another version's."""
     given = os.environ.get("VEENA_NORMALIZATION_CACHE")
-    return Path(given) if given else Path.home() / ".cache" / "veena-tts" / "grammars"
+    base = Path(given) if given else Path.home() / ".cache" / "veena-tts" / "grammars"
+    return base / f"nemo-{importlib.metadata.version('nemo-text-processing')}"
 
 
 def available() -> bool:
