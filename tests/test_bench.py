@@ -182,6 +182,7 @@ def test_control_plane_bench_with_the_real_snac_decoder(codec, label):
     assert "graph_replays" not in row  # graphs are off on CPU
 
 
+@pytest.mark.engine  # starts three vLLM engines (two of their own, one shared core)
 def test_engine_sharing_bench():
     """Two serving processes on the tiny model, with their own engines and as front ends
     of one core: every request of both modes gets all its tokens (no claim on speed)."""
