@@ -319,8 +319,9 @@ def test_say_with_the_maya1_profile_writes_a_wav(tiny_maya1_dir, tmp_path):
     out = tmp_path / "maya1.wav"
     done = subprocess.run(
         [sys.executable, "-m", "livekit.plugins.veena.cli", "say", "--profile", "maya1",
-         "--model", tiny_maya1_dir, "--voice", DESCRIPTION, "--seed", "2", "--max-tokens", "140", "-o",
-         str(out), "Hello <laugh> there <happy>"],  # 20 frames: the tiny model never stops
+         "--model", tiny_maya1_dir, "--voice", DESCRIPTION, "--seed", "2",
+         "--max-tokens", "140",  # 20 frames: the tiny model never stops by itself
+         "-o", str(out), "Hello <laugh> there <happy>"],
         env=dict(os.environ, VEENA_MAX_MODEL_LEN="2048", VEENA_MAX_NUM_SEQS="4"),
         capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -14,6 +14,7 @@ import pytest
 
 from livekit.plugins.veena.models.loading import pipeline_options_from_env
 from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline import gc_heap
 from livekit.plugins.veena.pipeline.gc_heap import FullCollections, full_collections
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 
@@ -33,11 +34,22 @@ def _collectable(obj) -> bool:
     return any(o is obj for g in range(3) for o in gc.get_objects(g))
 
 
+def _no_refreeze_pending() -> None:
+    if gc_heap._pending is not None:  # a pipeline closed before: not this test's freeze
+        gc_heap._pending.cancel()
+        gc_heap._pending = None
+
+
 @pytest.fixture
-def thawed():
+def thawed(monkeypatch):
+    """No heap frozen, none about to be, and no pipeline counted as running (the session's
+    are left to the suite)."""
+    _no_refreeze_pending()
+    monkeypatch.setattr(gc_heap, "_running", 0)
     gc.unfreeze()
     full_collections.restore()
     yield
+    _no_refreeze_pending()
     gc.unfreeze()
     full_collections.restore()
 
@@ -69,6 +81,32 @@ async def test_freeze_can_be_turned_off(thawed, monkeypatch):
         assert gc.get_freeze_count() == 0
     finally:
         await p.aclose()
+
+
+async def test_a_closed_pipeline_is_freed_while_another_runs(thawed):
+    """Frozen objects are never collected: a closed pipeline's (its codec, its engine
+    client) went with the heap, so a process that closed one and started another kept both.
+    Closing thaws the heap and, with another pipeline still running, freezes it again once
+    the closed one is let go."""
+    running = Pipeline(FakeEngine(), ToneCodec(), VEENA, PipelineOptions())
+    await running.start()
+    closed = Pipeline(FakeEngine(), ToneCodec(), VEENA, PipelineOptions())
+    closed.held = _Cycle()  # what the closed pipeline holds, in a cycle as a codec's modules are
+    gone = weakref.ref(closed.held)
+    await closed.start()
+    try:
+        assert not _collectable(closed.held)
+        await closed.aclose()
+        del closed
+        for _ in range(6000):  # a hang guard, polled: the heap is frozen again for `running`
+            if gc.get_freeze_count():
+                break
+            await asyncio.sleep(0.01)
+        assert gc.get_freeze_count() > 0 and not _collectable(running)
+        assert gone() is None
+    finally:
+        await running.aclose()
+    assert gc.get_freeze_count() == 0  # the last one closed: nothing stays frozen
 
 
 _FROZEN_CYCLE_AT_EXIT = """

@@ -43,17 +43,68 @@ _IDLE_DELAY_S = 0.1
 """How long after the last stream ends a due collection waits (its audio leaves first)."""
 
 
+_REFREEZE_DELAY_S = 1.0
+"""How long after a pipeline closes the heap is frozen again for those still running (the
+closing caller has let go of the closed one by then)."""
+
+_running = 0
+"""Started pipelines that froze the heap and have not closed."""
+_pending: asyncio.TimerHandle | None = None
+"""The refreeze waiting for its moment."""
+
+
 def freeze_startup_heap() -> None:
     """Collect once, then freeze every object alive now. Called when a pipeline has started
     (engine, codec, tokenizer and token table loaded); a second pipeline's start freezes what
     was loaded since (cheap: the frozen part is not walked again)."""
+    global _running
+    _running += 1
+    _thaw_at_exit()
+    _freeze()
+
+
+def _freeze() -> None:
     started = time.perf_counter()
     gc.collect()
     gc.freeze()
-    _thaw_at_exit()
     logger.info("froze the start-up heap (full collections skip it from now on)",
                 extra={"objects": gc.get_freeze_count(),
                        "ms": round((time.perf_counter() - started) * 1000, 1)})
+
+
+def release_closed_heap() -> None:
+    """A pipeline that froze the heap has closed. Its engine client, codec and caches were
+    frozen with the rest of start-up, and frozen objects are never freed: a process that
+    closes one pipeline and starts another would keep both. So the heap is thawed (the closed
+    one goes with a later collection, once nothing refers to it) and, while other pipelines
+    still run, frozen again shortly after, at a moment no stream plays."""
+    global _running
+    _running = max(0, _running - 1)
+    gc.unfreeze()
+    if _running:
+        _refreeze_later()
+
+
+def _refreeze_later() -> None:
+    global _pending
+    if _pending is not None:
+        _pending.cancel()
+    try:
+        _pending = asyncio.get_running_loop().call_later(_REFREEZE_DELAY_S, _refreeze)
+    except RuntimeError:  # no loop (a synchronous close): now
+        _pending = None
+        _refreeze()
+
+
+def _refreeze() -> None:
+    global _pending
+    _pending = None
+    if not _running or gc.get_freeze_count():
+        return
+    if full_collections.playing:
+        _refreeze_later()
+        return
+    _freeze()
 
 
 @functools.cache
@@ -78,6 +129,11 @@ class FullCollections:
         """Python's own oldest-generation threshold while deferred; None: not deferred."""
         self._last = time.monotonic()
         self.collections = 0
+
+    @property
+    def playing(self) -> bool:
+        """Whether a stream plays now."""
+        return self._active > 0
 
     @property
     def deferred(self) -> bool:

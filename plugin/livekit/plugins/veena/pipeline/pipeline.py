@@ -22,7 +22,7 @@ from .chunking import ChunkerOptions, chunk_text
 from .engine import SamplingOptions, VllmEngine
 from .engine_options import draw_seed
 from .family import ModelFamily, family_for
-from .gc_heap import freeze_startup_heap, full_collections
+from .gc_heap import freeze_startup_heap, full_collections, release_closed_heap
 from .guards import GuardLog
 from .options import MAX_QUEUED_OUTPUT_STEPS, PipelineOptions
 from .pacing import planner_sizes
@@ -255,3 +255,6 @@ class Pipeline:
     async def aclose(self) -> None:
         await self.scheduler.aclose()
         await self.engine.aclose()
+        if self._ready and self.options.freeze_gc_heap:
+            self._ready = False
+            release_closed_heap()
