@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Build the documentation, then run the whole test suite inside the project's environment
 # (created on first use).
-# VEENA_TEST_WORKERS=N runs it on N xdist workers (default 0: in this process; the whole suite
-# on two workers needs more than 24 GiB, since each worker and each tiny engine takes
-# gigabytes). The fast lane: VEENA_TEST_WORKERS=2 bash scripts/test.sh -m "not slow"
+# VEENA_TEST_WORKERS=N runs it on N xdist workers (default 2, one per core of a small
+# machine; 0: in this process). Every test with a vLLM engine is in one group, on one worker,
+# so one test at a time has engines (tests/conftest.py). The fast lane:
+# bash scripts/test.sh -m "not slow"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 # the documentation first: a broken link, a missing page or a docstring that no longer
 # resolves fails the run (a few seconds)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
-WORKERS=${VEENA_TEST_WORKERS:-0}
+WORKERS=${VEENA_TEST_WORKERS:-2}
 if [ "$WORKERS" != "0" ]; then
   exec .venv/bin/python -m pytest -n "$WORKERS" --dist loadgroup "$@"
 fi

@@ -39,18 +39,17 @@ SESSION_ENGINES = {"pipeline", "spark_pipeline", "maya1_pipeline", "server_url"}
 
 def pytest_collection_modifyitems(config, items):
     """A test on a session engine is an ``engine`` test, and every ``engine`` test is
-    ``slow`` (the fast lane, ``-m "not slow"``, skips both). Under xdist the engines are
-    in two groups, each on one worker: the session-engine tests (each session engine
-    starts once per run, not once per worker), and the tests that start engines of their
-    own (in this process or in launched servers), one at a time. So at most the session
-    engines and one test's own run side by side: the memory stays within the machine's."""
+    ``slow`` (the fast lane, ``-m "not slow"``, skips both). Under xdist every ``engine``
+    test is in one group, run by one worker one test at a time: the session engines start
+    once per run (not once per worker), and at most the session engines and one test's own
+    engines are up at once, as in a run without workers; the other worker takes the rest
+    (codecs, normalisation, benchmarks without an engine, the unit tests), which need no
+    engine and little memory."""
     for item in items:
         if SESSION_ENGINES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.engine)
-            item.add_marker(pytest.mark.xdist_group("session-engines"))
-        elif item.get_closest_marker("engine") is not None:
-            item.add_marker(pytest.mark.xdist_group("own-engines"))
         if item.get_closest_marker("engine") is not None:
+            item.add_marker(pytest.mark.xdist_group("engines"))
             item.add_marker(pytest.mark.slow)
 
 
