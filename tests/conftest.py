@@ -37,19 +37,16 @@ SESSION_ENGINES = {"pipeline", "spark_pipeline", "maya1_pipeline", "server_url"}
 """The session fixtures that start a vLLM engine."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these markers
 def pytest_collection_modifyitems(config, items):
     """A test on a session engine is an ``engine`` test, and every ``engine`` test is
-    ``slow`` (the fast lane, ``-m "not slow"``, skips both). Under xdist every ``engine``
-    test is in one group, run by one worker one test at a time: the session engines start
-    once per run (not once per worker), and at most the session engines and one test's own
-    engines are up at once, as in a run without workers; the other worker takes the rest
-    (codecs, normalisation, benchmarks without an engine, the unit tests), which need no
-    engine and little memory."""
+    ``slow``: the fast lane (``-m "not slow"``, on xdist workers) skips both. (No xdist
+    groups: pytest-xdist 3.8 marks a group in ``item._nodeid``, which pytest 9 no longer
+    reads, so ``--dist loadgroup`` spreads a group over every worker.)"""
     for item in items:
         if SESSION_ENGINES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.engine)
         if item.get_closest_marker("engine") is not None:
-            item.add_marker(pytest.mark.xdist_group("engines"))
             item.add_marker(pytest.mark.slow)
 
 
