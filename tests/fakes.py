@@ -191,8 +191,12 @@ class LevelCodec(ToneCodec):
 
 @contextlib.asynccontextmanager
 async def fake_pipeline(**engine_kw):
-    """A started Pipeline over ``FakeEngine(**engine_kw)`` and ``ToneCodec``."""
-    p = Pipeline(FakeEngine(**engine_kw), ToneCodec(), VEENA, PipelineOptions())
+    """A started Pipeline over ``FakeEngine(**engine_kw)`` and ``ToneCodec``. It leaves the
+    heap unfrozen: each freeze after a thaw is a full collection of this test process's heap
+    (~0.5 s), and a property test starts hundreds of fake pipelines (``test_gc_heap`` tests the
+    freeze)."""
+    p = Pipeline(FakeEngine(**engine_kw), ToneCodec(), VEENA,
+                 PipelineOptions(freeze_gc_heap=False))
     await p.start()
     try:
         yield p
