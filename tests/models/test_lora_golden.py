@@ -153,7 +153,9 @@ async def test_three_streams_in_one_batch_each_equal_their_own_model_alone(with_
 def test_say_with_an_adapter_writes_the_merged_models_samples(tiny_model_dir, adapters,
                                                              tmp_path, monkeypatch):
     """The issue's own check: ``say --lora acme=ADAPTER`` on M equals ``say --lora
-    acme=ZERO`` on MERGED, and differs from ``--lora acme=ZERO`` on M."""
+    acme=ZERO`` on MERGED. (That it differs from ``--lora acme=ZERO`` on M follows: the
+    merged model speaks other tokens than M, ``test_an_adapter_voice_speaks_as_its_merged_
+    model``; a third ``say`` would be a third engine start for it.)"""
     monkeypatch.setenv("VEENA_DTYPE", "float32")
     # the fixed ramp and windowed decodes: the audio depends on the tokens alone, not on
     # when they arrived, so equal tokens write equal samples
@@ -168,6 +170,5 @@ def test_say_with_an_adapter_writes_the_merged_models_samples(tiny_model_dir, ad
         assert code == 0
         return (tmp_path / out).read_bytes()
 
-    with_adapter = say(tiny_model_dir, adapters["A"], "a.wav")
-    assert with_adapter == say(merged, adapters["zero8"], "merged.wav")
-    assert with_adapter != say(tiny_model_dir, adapters["zero8"], "zero.wav")
+    assert say(tiny_model_dir, adapters["A"], "a.wav") == say(merged, adapters["zero8"],
+                                                             "merged.wav")
