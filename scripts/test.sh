@@ -1,17 +1,45 @@
 #!/usr/bin/env bash
 # Build the documentation, then run the whole test suite inside the project's environment
 # (created on first use).
-# VEENA_TEST_WORKERS=N runs it on N xdist workers (default 0: in this process; the whole suite
-# on two workers peaked at 20-24 GiB of this machine's 24, since each worker starts the
-# session engines). The fast lane: VEENA_TEST_WORKERS=2 bash scripts/test.sh -m "not slow"
+#
+# With no arguments the suite runs as two pytest processes side by side, one per core:
+#   - the tests on the session engines (one vLLM engine per tiny model, started once) and
+#     every test without an engine, in the foreground;
+#   - the tests that start engines of their own (launched servers, benchmark scripts, LoRA
+#     engines), one at a time, beside it; their report follows the first one's.
+# Only the first process starts the session engines: memory peaked at 16 GiB of this
+# machine's 24 (two xdist workers, each with the session engines, reached 20-24).
+# VEENA_TEST_LANES=1 runs everything in one process.
+# With arguments, they go to one pytest process (bash scripts/test.sh tests/codecs -x).
+# VEENA_TEST_WORKERS=N runs on N xdist workers instead. The fast lane:
+#   VEENA_TEST_WORKERS=2 bash scripts/test.sh -m "not slow"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 # the documentation first: a broken link, a missing page or a docstring that no longer
 # resolves fails the run (a few seconds)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
+PYTEST=(.venv/bin/python -m pytest)
 WORKERS=${VEENA_TEST_WORKERS:-0}
 if [ "$WORKERS" != "0" ]; then
-  exec .venv/bin/python -m pytest -n "$WORKERS" "$@"
+  exec "${PYTEST[@]}" -n "$WORKERS" "$@"
 fi
-exec .venv/bin/python -m pytest "$@"
+if [ $# -gt 0 ] || [ "${VEENA_TEST_LANES:-2}" = "1" ]; then
+  exec "${PYTEST[@]}" "$@"
+fi
+lanes=$(mktemp -d "${TMPDIR:-/tmp}/veena-lanes.XXXXXX")
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$lanes"' EXIT
+"${PYTEST[@]}" -m "engine and not session_engine" --basetemp "$lanes/own" \
+  -p no:cacheprovider > "$lanes/own.log" 2>&1 &
+own=$!
+shared=0
+"${PYTEST[@]}" -m "not engine or session_engine" --basetemp "$lanes/shared" || shared=$?
+rc=0
+wait "$own" || rc=$?
+echo
+echo "==== the tests with engines of their own (run beside the above) ===="
+cat "$lanes/own.log"
+trap - EXIT
+rm -rf "$lanes"
+if [ "$shared" != 0 ]; then exit "$shared"; fi
+exit "$rc"
