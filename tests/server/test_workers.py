@@ -223,6 +223,7 @@ async def test_sigterm_while_the_engine_starts_abandons_the_start(tiny_model_dir
         _reap(proc, [])
 
 
+@pytest.mark.engine  # its workers (or the shared core) start loading their engines
 @pytest.mark.parametrize("shared", [[], ["--shared-engine"]], ids=["own", "shared"])
 async def test_sigterm_stops_every_worker(tiny_model_dir, tmp_path, shared):
     """Stopped while its first worker is still loading (or, shared, while the core starts):
