@@ -29,6 +29,7 @@ if [ $# -gt 0 ] || [ "${VEENA_TEST_LANES:-2}" = "1" ]; then
 fi
 lanes=$(mktemp -d "${TMPDIR:-/tmp}/veena-lanes.XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$lanes"' EXIT
+# (its own --basetemp, and no .pytest_cache: the two processes would write the same one)
 "${PYTEST[@]}" -m "engine and not session_engine" --basetemp "$lanes/own" \
   -p no:cacheprovider > "$lanes/own.log" 2>&1 &
 own=$!

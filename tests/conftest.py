@@ -47,9 +47,8 @@ SESSION_ENGINES = {"pipeline", "spark_pipeline", "maya1_pipeline", "server_url"}
 def pytest_collection_modifyitems(config, items):
     """A test on a session engine is a ``session_engine`` and an ``engine`` test (the two
     lanes of ``scripts/test.sh`` split on them), and every ``engine`` test is ``slow``: the
-    fast lane (``-m "not slow"``, on xdist workers) skips both. (No xdist
-    groups: pytest-xdist 3.8 marks a group in ``item._nodeid``, which pytest 9 no longer
-    reads, so ``--dist loadgroup`` spreads a group over every worker.)"""
+    fast lane (``-m "not slow"``, on xdist workers) skips both. (Not xdist groups: under
+    pytest 9, pytest-xdist 3.8's ``--dist loadgroup`` spreads a group over every worker.)"""
     for item in items:
         if SESSION_ENGINES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.session_engine)

@@ -154,8 +154,8 @@ def test_say_with_an_adapter_writes_the_merged_models_samples(tiny_model_dir, ad
                                                              tmp_path, monkeypatch):
     """The issue's own check: ``say --lora acme=ADAPTER`` on M equals ``say --lora
     acme=ZERO`` on MERGED. (That it differs from ``--lora acme=ZERO`` on M follows: the
-    merged model speaks other tokens than M, ``test_an_adapter_voice_speaks_as_its_merged_
-    model``; a third ``say`` would be a third engine start for it.)"""
+    merged model speaks other tokens than M, shown by the first test of this module; a
+    third ``say`` would be a third engine start for it.)"""
     monkeypatch.setenv("VEENA_DTYPE", "float32")
     # the fixed ramp and windowed decodes: the audio depends on the tokens alone, not on
     # when they arrived, so equal tokens write equal samples
