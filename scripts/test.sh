@@ -15,6 +15,7 @@
 #   VEENA_TEST_WORKERS=2 bash scripts/test.sh -m "not slow"
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bytecode.sh
 bash scripts/bootstrap.sh
 # the documentation first: a broken link, a missing page or a docstring that no longer
 # resolves fails the run (a few seconds)
