@@ -34,7 +34,7 @@ import statistics
 import time
 
 import numpy as np
-from _common import RESULTS, Listener, report, setup
+from _common import RESULTS, Listener, fresh_processes, report, setup
 from _fake_async_llm import FakeAsyncLLM, fake_vllm_engine
 from aiohttp import web
 
@@ -321,11 +321,11 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     llm, pipeline = await _pipeline(n, mode, frames, codec, speed)
     runner, url = await _listen(pipeline, n)
     loop = asyncio.get_running_loop()
-    ours, theirs = mp.get_context("spawn").Pipe()
-    client = mp.get_context("spawn").Process(target=client_main,
-                                             args=(url, n, stagger_s, compress, theirs,
-                                                   " ".join(SENTENCES[:CHUNKS]), POOLED),
-                                             daemon=True)
+    ours, theirs = mp.Pipe()
+    client = fresh_processes().Process(target=client_main,
+                                       args=(url, n, stagger_s, compress, theirs,
+                                             " ".join(SENTENCES[:CHUNKS]), POOLED),
+                                       daemon=True)
     client.start()
     try:
         assert await loop.run_in_executor(None, ours.recv) == "start"
@@ -395,7 +395,7 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
                 compress: int = 0, codec: CodecSpec = CodecSpec(), speed: float = 1.0) -> dict:
     """``run`` with the server split over ``workers`` processes on one port; their CPU is
     summed and their loop lags pooled."""
-    ctx = mp.get_context("spawn")
+    ctx = fresh_processes()
     guard = socket.socket()  # fixes the port for every worker (never listens)
     guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     guard.bind(("127.0.0.1", 0))

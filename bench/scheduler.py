@@ -25,14 +25,13 @@ import asyncio
 import concurrent.futures
 import importlib.util
 import math
-import multiprocessing
 import time
 from pathlib import Path
 from unittest import mock
 
 import numpy as np
 import torch
-from _common import Listener, listen, logger, report, setup
+from _common import Listener, fresh_processes, listen, logger, report, setup
 from _paced_engine import PacedEngine
 
 from livekit.plugins.veena.codecs.snac import SNAC_24KHZ_CONFIG, SnacCodec
@@ -171,10 +170,9 @@ def main() -> None:
     # each row in a fresh process: the reference decodes on its event loop's thread, and
     # a torch thread team left there by one row would slow every later row's decodes
     # (codecs/torch_threads)
-    spawn = multiprocessing.get_context("spawn")
     rows = []
     for mode, n, speed in plan:
-        with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=fresh_processes()) as pool:
             row = pool.submit(_row, mode, n, args.seconds, speed, args.threads,
                               args.device).result()
         if row is None:

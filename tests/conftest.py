@@ -7,6 +7,13 @@ import logging
 import os
 import sys
 
+# Before torch loads (libgomp reads it once): an OpenMP thread that finishes its share of an
+# op sleeps instead of spinning for the next one. The suite runs two pytest processes on two
+# cores, and the codec's second thread spun while the main thread ran Python between ops:
+# beside a busy core, two BiCodec tests took 72 s of CPU and 61 s instead of 40 s and 39 s;
+# alone, the same wall time. Inherited by every process started from here.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import pytest
 
 from livekit.plugins.veena.codecs.snac import SnacCodec
