@@ -1,6 +1,7 @@
 """The README stays short and points at pages that exist; the benchmark figures are drawn from
 the committed results by bench/plots.py, each naming its machine and date. (The site itself
-is built with ``mkdocs build --strict`` by scripts/test.sh, before the tests.)"""
+is built with ``mkdocs build --strict`` by scripts/test.sh: before the tests, or with two
+lanes in the second one, before its tests.)"""
 
 from __future__ import annotations
 
