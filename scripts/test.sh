@@ -6,7 +6,8 @@
 #   - the tests on the session engines (one vLLM engine per tiny model, started once) and
 #     every test without an engine, in the foreground;
 #   - the tests that start engines of their own (launched servers, benchmark scripts, LoRA
-#     engines), one at a time, beside it; their report follows the first one's.
+#     engines), and one benchmark that evens the lanes (marker second_lane, see
+#     tests/conftest.py), one at a time, beside it; their report follows the first one's.
 # Only the first process starts the session engines: memory peaked at 16 GiB of this
 # machine's 24 (two xdist workers, each with the session engines, reached 20-24).
 # VEENA_TEST_LANES=1 runs everything in one process.
@@ -34,11 +35,11 @@ fi
 lanes=$(mktemp -d "${TMPDIR:-/tmp}/veena-lanes.XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$lanes"' EXIT
 # (its own --basetemp, and no .pytest_cache: the two processes would write the same one)
-{ "${DOCS[@]}" && "${PYTEST[@]}" -m "engine and not session_engine" --basetemp "$lanes/own" \
+{ "${DOCS[@]}" && "${PYTEST[@]}" -m second_lane --basetemp "$lanes/own" \
   -p no:cacheprovider; } > "$lanes/own.log" 2>&1 &
 own=$!
 shared=0
-"${PYTEST[@]}" -m "not engine or session_engine" --basetemp "$lanes/shared" || shared=$?
+"${PYTEST[@]}" -m "not second_lane" --basetemp "$lanes/shared" || shared=$?
 rc=0
 wait "$own" || rc=$?
 echo

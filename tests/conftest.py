@@ -52,16 +52,19 @@ SESSION_ENGINES = {"pipeline", "spark_pipeline", "maya1_pipeline", "server_url"}
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these markers
 def pytest_collection_modifyitems(config, items):
-    """A test on a session engine is a ``session_engine`` and an ``engine`` test (the two
-    lanes of ``scripts/test.sh`` split on them), and every ``engine`` test is ``slow``: the
-    fast lane (``-m "not slow"``, on xdist workers) skips both. (Not xdist groups: under
-    pytest 9, pytest-xdist 3.8's ``--dist loadgroup`` spreads a group over every worker.)"""
+    """A test on a session engine is a ``session_engine`` and an ``engine`` test; one with an
+    engine of its own runs in the ``second_lane`` of ``scripts/test.sh``; every ``engine``
+    test is ``slow``: the fast lane (``-m "not slow"``, on xdist workers) skips both. (Not
+    xdist groups: under pytest 9, pytest-xdist 3.8's ``--dist loadgroup`` spreads a group
+    over every worker.)"""
     for item in items:
         if SESSION_ENGINES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.session_engine)
             item.add_marker(pytest.mark.engine)
         if item.get_closest_marker("engine") is not None:
             item.add_marker(pytest.mark.slow)
+            if item.get_closest_marker("session_engine") is None:
+                item.add_marker(pytest.mark.second_lane)
 
 
 @pytest.fixture(autouse=True)

@@ -112,6 +112,7 @@ def test_server_load_bench():
     assert rows[1]["served"] >= 2
 
 
+@pytest.mark.second_lane  # a process per row; evens the two lanes of scripts/test.sh
 def test_scheduler_bench_compares_the_planners():
     _run(sys.executable, "bench/scheduler.py", "--streams", "1", "--seconds", "1",
          "--speeds", "2.0,inf", "--modes", "ramp,adaptive,streaming,peer_orpheus")
