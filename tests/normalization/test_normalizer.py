@@ -38,10 +38,15 @@ def test_english_cardinals_in_both_systems(n, indian, words):
 
 @pytest.mark.parametrize("text, locale, want", [
     ("12/08/2026", "en-IN", "12 August 2026"),
-    ("12/08/2026", "en-US", "12/08/2026"),  # month first: the English grammar's own reading
+    ("12/08/2026", "en-US", "December 8 2026"),  # month first
     ("31-12-26", "en-GB", "31 December 2026"),
     ("13/13/2026", "en-IN", "13/13/2026"),  # no such date: left as written
+    ("31/02/2026", "en-IN", "31/02/2026"),  # nor this one
     ("version 1.2.3", "en-IN", "version 1.2.3"),
+    ("paid on 05/09/2026.", "en-IN", "paid on 5 September 2026."),  # a full stop after it
+    ("2024-03-15", "en-IN", "15 March 2024"),  # year first: the same everywhere
+    ("2024-03-15", "en-US", "March 15 2024"),
+    ("3.11.12", "en-IN", "3.11.12"),  # dots and a two-digit year: a version
 ])
 def test_numeric_dates_follow_the_locales_order(text, locale, want):
     assert spell_dates(text, "en", locale) == want
@@ -70,10 +75,10 @@ def test_indian_english_reads_rupees_and_grouping_as_lakh_and_crore(text, want):
 
 def _own_rules(text: str) -> str:
     """The English stage without the grammar (what a machine without pynini says)."""
-    from livekit.plugins.veena.normalization.money import english_rupees
-    from livekit.plugins.veena.normalization.numbers import indian_english_numbers
+    from livekit.plugins.veena.normalization.money import english_money
+    from livekit.plugins.veena.normalization.numbers import english_numbers
 
-    return indian_english_numbers(english_rupees(text))
+    return english_numbers(english_money(text, indian=True), indian=True)
 
 
 def test_nothing_to_normalise_never_reaches_a_grammar(monkeypatch):

@@ -5,10 +5,15 @@ is left as written."""
 
 from __future__ import annotations
 
+import datetime
 import re
 from typing import Callable
 
-DATE = re.compile(r"(?<![\d/.-])(\d{1,2})([/.-])(\d{1,2})\2(\d{4}|\d{2})(?![\d/.-]|\.\d)")
+DATE = re.compile(r"(?<![A-Za-z\d/.-])(\d{1,2})([/.-])(\d{1,2})\2(\d{4}|\d{2})(?![A-Za-z\d/]|[.-]\d)")
+"""Day, month and year in the locale's order (a two-digit year never after dots: ``3.11.12``
+is a version). A full stop after it ends the sentence."""
+YMD = re.compile(r"(?<![A-Za-z\d/.-])(\d{4})([/.-])(\d{1,2})\2(\d{1,2})(?![A-Za-z\d/]|[.-]\d)")
+"""Year first (ISO ``2024-03-15``, Chinese ``2019/2/10``): the same in every locale."""
 
 MONTHS = {
     "en": ("January February March April May June July August September October November "
@@ -24,25 +29,58 @@ def day_first(locale: str) -> bool:
     return locale.split("-")[-1].upper() in DAY_FIRST_LOCALES or locale.startswith("hi")
 
 
+def _date(m: re.Match, locale: str) -> tuple[int, int, int] | None:
+    """(year, month, day) of a DATE or YMD match, None where no such day exists."""
+    if m.re is YMD:
+        year, month, day = int(m.group(1)), int(m.group(3)), int(m.group(4))
+    else:
+        first, second, written = int(m.group(1)), int(m.group(3)), m.group(4)
+        day, month = (first, second) if day_first(locale) else (second, first)
+        year = int(written) + (2000 if len(written) == 2 else 0)
+    try:
+        datetime.date(year, month, day)
+    except ValueError:
+        return None
+    return year, month, day
+
+
+def _version(m: re.Match) -> bool:
+    """Dots and a two-digit last part (``3.11.12``): a version, not a date."""
+    return m.re is DATE and m.group(2) == "." and len(m.group(4)) < 4
+
+
+def impossible_dates(text: str, locale: str) -> list[tuple[int, int]]:
+    """Spans of numeric dates no calendar has (``31/02/2026``), to be left as written."""
+    return sorted(m.span() for pattern in (DATE, YMD) for m in pattern.finditer(text)
+                  if not _version(m) and _date(m, locale) is None)
+
+
 def spell_dates(text: str, language: str, locale: str,
                 cardinal: Callable[[int], str] | None = None) -> str:
-    """Numeric dates with the month named, in ``language`` (en, hi), where the locale puts
-    the day first (the English grammar reads month-first dates itself); a Hindi year is read
-    as people say years (``cardinal`` reads the numbers: 1970 -> उन्नीस सौ सत्तर)."""
-    names = MONTHS.get(language)
-    if names is None or not day_first(locale) or not any(c.isdigit() for c in text):
+    """Numeric dates with the month named, as ``language`` (en, hi, zh) says them in the
+    locale's order, which every grammar then reads unambiguously; a Hindi year is read as
+    people say years (``cardinal`` reads the numbers: 1970 -> उन्नीस सौ सत्तर). An impossible
+    date is left as written."""
+    if not any(c.isdigit() for c in text):
         return text
 
     def spell(m: re.Match) -> str:
-        day, month, year = int(m.group(1)), int(m.group(3)), m.group(4)
-        if not (1 <= month <= 12 and 1 <= day <= 31):
+        found = None if _version(m) else _date(m, locale)
+        if found is None:
             return m.group(0)
-        year_n = int(year) + (2000 if len(year) == 2 else 0)
-        if language == "hi" and cardinal is not None:
-            return f"{cardinal(day)} {names[month - 1]} {hindi_year(year_n, cardinal)}"
-        return f"{day} {names[month - 1]} {year_n}"
+        year, month, day = found
+        if language == "zh":
+            return f"{year}年{month}月{day}日"
+        names = MONTHS["hi" if language == "hi" else "en"]
+        if language == "hi":
+            if cardinal is None:
+                return m.group(0)
+            return f"{cardinal(day)} {names[month - 1]} {hindi_year(year, cardinal)}"
+        if day_first(locale):
+            return f"{day} {names[month - 1]} {year}"
+        return f"{names[month - 1]} {day} {year}"
 
-    return DATE.sub(spell, text)
+    return YMD.sub(spell, DATE.sub(spell, text))
 
 
 def hindi_year(year: int, cardinal: Callable[[int], str]) -> str:

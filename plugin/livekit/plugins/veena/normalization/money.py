@@ -1,44 +1,77 @@
-"""Rupee amounts, which no grammar reads right in Indian usage: ``₹1,50,000``, ``Rs. 5,00,000``
-and ``₹2.5 crore``. In English they are written out here (lakh and crore, rupees and paise);
-in Hindi they are written out around the Hindi grammar's reading of whole numbers."""
+"""Amounts of money, which no grammar reads right in Indian usage or in Chinese: ``₹1,50,000``,
+``Rs 5 lacs``, ``₹2 Cr``, ``Rs. 500/-``, ``$1,234.56`` in Indian English, ``¥1,234.5元``. In
+English and Chinese they are written out here; in Hindi around the Hindi grammar's reading of
+whole numbers. The currency is said after the number, as people say it."""
 
 from __future__ import annotations
 
 import re
 from typing import Callable
 
-from .numbers import MAX_DIGITS, english_cardinal
+from .numbers import MAX_DIGITS, chinese_number, english_cardinal
 
 _DIGITS = r"\d{1,3}(?:,\d{2,3})*(?:\.\d+)?|\d+(?:\.\d+)?"
 """Digits of an amount (Python's \\d takes Devanagari digits too), any grouping."""
-RUPEES = re.compile(
-    r"(?:₹|\bRs\.?|\bINR|रु\.?)\s?(" + _DIGITS + r")(\s?(?:lakhs?|crores?|लाख|करोड़))?(?!\d)")
-"""A rupee amount: the symbol or abbreviation, digits (any grouping), a scale word."""
+_SYMBOLS = {"₹": "INR", "rs": "INR", "inr": "INR", "रु": "INR", "$": "USD", "us$": "USD",
+            "usd": "USD", "€": "EUR", "eur": "EUR", "£": "GBP", "gbp": "GBP"}
+_SCALES = {"lakh": "lakh", "lakhs": "lakh", "lac": "lakh", "lacs": "lakh", "l": "lakh",
+           "crore": "crore", "crores": "crore", "cr": "crore", "crs": "crore",
+           "thousand": "thousand", "k": "thousand", "million": "million", "mn": "million",
+           "m": "million", "billion": "billion", "bn": "billion",
+           "लाख": "lakh", "करोड़": "crore", "हज़ार": "thousand", "हजार": "thousand"}
+MONEY = re.compile(
+    r"(₹|\$|€|£|(?i:\bRs\b\.?|\bINR\b|\bUSD\b|\bUS\$|\bEUR\b|\bGBP\b)|रु\.?)\s?(" + _DIGITS + r")"
+    r"(?!\d)(\s?(?i:lakhs?|lacs?|crores?|crs?|thousand|million|billion|mn|bn|[lkm])\.?(?!\w)"
+    r"|\s?(?:लाख|करोड़|हज़ार|हजार))?(/-)?")
+"""An amount: the symbol or code, digits (any grouping), a scale word or its abbreviation
+(any case), and ``/-`` (no paise: not read)."""
+INDIAN_ONLY = ("INR",)
+"""Currencies the English grammar does not know: written out here in every English locale
+(the others only in Indian English, or with a scale word)."""
+
+ENGLISH = {"INR": ("rupee", "rupees", "paisa", "paise"), "USD": ("dollar", "dollars", "cent",
+                                                                 "cents"),
+           "EUR": ("euro", "euros", "cent", "cents"), "GBP": ("pound", "pounds", "penny",
+                                                              "pence")}
+HINDI = {"INR": ("रुपया", "रुपए", "पैसे"), "USD": ("डॉलर", "डॉलर", "सेंट"),
+         "EUR": ("यूरो", "यूरो", "सेंट"), "GBP": ("पाउंड", "पाउंड", "पेंस")}
+HINDI_SCALES = {"lakh": "लाख", "crore": "करोड़", "thousand": "हज़ार", "million": "मिलियन",
+                "billion": "बिलियन"}
+CHINESE = {"INR": "卢比", "USD": "美元", "EUR": "欧元", "GBP": "英镑"}
+YUAN = re.compile(r"[¥￥]\s?(" + _DIGITS + r")(?!\d)\s?(元?)")
+"""¥ before an amount, with or without 元 after it (``¥1,234.5元`` says 元 once)."""
 
 
-def _english_amount(digits: str, scale: str) -> str:
-    whole, _, frac = digits.replace(",", "").partition(".")
-    words = english_cardinal(int(whole), indian=True)
-    if scale:
-        if frac:
-            words += " point " + " ".join(english_cardinal(int(d)) for d in frac)
-        return f"{words} {scale.strip()} rupees"
-    rupees = f"{words} {'rupee' if int(whole) == 1 else 'rupees'}"
-    paise = int((frac + "00")[:2]) if frac else 0
-    return rupees if not paise else f"{rupees} and {english_cardinal(paise)} paise"
+def _parts(m: re.Match) -> tuple[str, str, str, str]:
+    """(currency code, whole digits, fraction digits, scale) of a MONEY match."""
+    code = _SYMBOLS[m.group(1).lower().rstrip(".")]
+    whole, _, frac = m.group(2).replace(",", "").partition(".")
+    scale = (m.group(3) or "").strip().rstrip(".")
+    return code, whole, frac, _SCALES.get(scale.lower(), scale) if scale else ""
 
 
-def english_rupees(text: str) -> str:
-    """Rupee amounts in words (Indian English)."""
-    return RUPEES.sub(lambda m: m.group(0) if len(m.group(1)) > MAX_DIGITS else
-                      _english_amount(m.group(1), m.group(2) or ""), text)
+def english_money(text: str, indian: bool) -> str:
+    """Amounts in English words: rupees always, other currencies in Indian English (lakh and
+    crore) or with a scale word; the rest is the English grammar's."""
+    def spell(m: re.Match) -> str:
+        code, whole, frac, scale = _parts(m)
+        if len(m.group(2)) > MAX_DIGITS or not (indian or scale or code in INDIAN_ONLY):
+            return m.group(0)
+        one, many, cent, cents = ENGLISH[code]
+        words = english_cardinal(int(whole), indian)
+        if scale:
+            if frac:
+                words += " point " + " ".join(english_cardinal(int(d)) for d in frac)
+            return f"{words} {scale} {many}"
+        if len(frac) > 2:  # not a sum in cents: a decimal
+            return f"{words} point {' '.join(english_cardinal(int(d)) for d in frac)} {many}"
+        words += f" {one if int(whole) == 1 else many}"
+        hundredths = int((frac + "00")[:2]) if frac else 0
+        if not hundredths:
+            return words
+        return f"{words} and {english_cardinal(hundredths)} {cent if hundredths == 1 else cents}"
 
-
-HINDI_CURRENCIES = {"₹": ("रुपए", "रुपया", "पैसे"), "$": ("डॉलर", "डॉलर", "सेंट"),
-                    "€": ("यूरो", "यूरो", "सेंट"), "£": ("पाउंड", "पाउंड", "पेंस")}
-"""(plural, one, the hundredth) of each currency a Hindi amount names."""
-HINDI_MONEY = re.compile(
-    r"(₹|\$|€|£|\bRs\.?|\bINR|रु\.?)\s?(" + _DIGITS + r")(\s?(?:लाख|करोड़|हज़ार|हजार))?(?!\d)")
+    return MONEY.sub(spell, text)
 
 
 def hindi_money(text: str, cardinal: Callable[[int], str]) -> str:
@@ -46,21 +79,35 @@ def hindi_money(text: str, cardinal: Callable[[int], str]) -> str:
     reads them right; its own money rules read decimals as "centiles", ``₹१`` as plural and
     put the currency before a scale word)."""
     def spell(m: re.Match) -> str:
-        symbol, digits, scale = m.group(1), m.group(2), (m.group(3) or "").strip()
-        if len(digits) > MAX_DIGITS:
+        if len(m.group(2)) > MAX_DIGITS:
             return m.group(0)
-        plural, one, hundredth = HINDI_CURRENCIES.get(symbol, HINDI_CURRENCIES["₹"])
-        whole, _, frac = _hindi_digits(digits).replace(",", "").partition(".")
+        code, whole, frac, scale = _parts(m)
+        one, plural, hundredth = HINDI[code]
+        whole, frac = _hindi_digits(whole), _hindi_digits(frac)
         words = cardinal(int(whole))
         if scale:
             if frac.strip("0"):
                 words += " दशमलव " + " ".join(cardinal(int(d)) for d in frac.rstrip("0"))
-            return f"{words} {scale} {plural}"
+            return f"{words} {HINDI_SCALES.get(scale, scale)} {plural}"
         words += f" {one if int(whole) == 1 else plural}"
         paise = int((frac + "00")[:2]) if frac else 0
         return words if not paise else f"{words} {cardinal(paise)} {hundredth}"
 
-    return HINDI_MONEY.sub(spell, text)
+    return MONEY.sub(spell, text)
+
+
+def chinese_money(text: str) -> str:
+    """Amounts in Chinese, the currency after the number (``$1,234.56`` ->
+    一千二百三十四点五六美元; the grammar garbles grouped digits and ``¥...元``)."""
+    def spell(m: re.Match) -> str:
+        code, _, _, scale = _parts(m)
+        if len(m.group(2)) > MAX_DIGITS or scale:
+            return m.group(0)
+        return chinese_number(_hindi_digits(m.group(2))) + CHINESE[code]
+
+    text = YUAN.sub(lambda m: m.group(0) if len(m.group(1)) > MAX_DIGITS else
+                    chinese_number(m.group(1)) + "元", text)
+    return MONEY.sub(spell, text)
 
 
 def _hindi_digits(text: str) -> str:

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from . import grammars
-from .dates import hindi_times, spell_dates
-from .money import english_rupees, hindi_money
-from .numbers import indian_english_numbers, ungroup
+from .dates import hindi_times, impossible_dates, spell_dates
+from .money import chinese_money, english_money, hindi_money
+from .numbers import chinese_cardinal, english_cardinal, english_numbers, ungroup
 from .scripts import SCRIPT_LANGUAGES, runs_by_script
+from .sequences import phones, signs, versions
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +70,18 @@ def check_mode(value: object) -> str:
 
 
 class TextNormalizer:
-    """One profile's normaliser: its languages (the first is where a run of no known script
-    goes) and locale, with the user's pronunciations."""
+    """One profile's normaliser: its languages and locale, with the user's pronunciations. A
+    run of no known script (``$1,234.56`` alone) is read in the locale's language where the
+    profile speaks it (English in ``en-IN``), else in the profile's first."""
 
     def __init__(self, languages: tuple[str, ...], locale: str,
                  pronunciations: Mapping[str, str] | None = None) -> None:
         self.languages = languages
         self.locale = locale
         self.indian = locale.endswith("-IN") or locale.startswith("hi")
+        self.country = locale.split("-")[-1].upper() if "-" in locale else "IN" * self.indian
+        spoken = locale.split("-")[0].lower()
+        self.default_language = spoken if spoken in languages else languages[0]
         self._words = self._pattern(pronunciations or {})
         self._spoken = {k.lower() if k.islower() else k: v
                         for k, v in (pronunciations or {}).items()}
@@ -97,14 +102,19 @@ class TextNormalizer:
 
     def normalize(self, text: str) -> str:
         """``text`` as the model must read it (synchronous; grammars may take tens of ms)."""
+        if self._words is None and TRIGGER.search(text) is None:
+            return text  # (microseconds: no split, no grammar)
+        parts = TAG.split(text)  # odd indexes: tags, as written (pronunciations included)
         if self._words is not None:
-            text = self._words.sub(
-                lambda m: self._spoken.get(m.group(0), self._spoken.get(m.group(0).lower(),
-                                                                         m.group(0))), text)
+            parts = [p if i % 2 else self._words.sub(self._say, p) for i, p in enumerate(parts)]
         if TRIGGER.search(text) is None:
-            return text
-        parts = TAG.split(text)  # odd indexes: tags, as written
-        return "".join(p if i % 2 else self._normalize_untagged(p) for i, p in enumerate(parts))
+            return "".join(parts)
+        return "".join(p if i % 2 or TRIGGER.search(p) is None else self._normalize_untagged(p)
+                       for i, p in enumerate(parts))
+
+    def _say(self, m: re.Match) -> str:
+        word = m.group(0)
+        return self._spoken.get(word, self._spoken.get(word.lower(), word))
 
     def spoken_lengths(self, words: list[str]) -> list[int]:
         """Per word, the characters it is read as (a transcript's timing weights)."""
@@ -113,31 +123,59 @@ class TextNormalizer:
     def _normalize_untagged(self, text: str) -> str:
         out = []
         for script, run in runs_by_script(text):
-            language = SCRIPT_LANGUAGES.get(script or "", self.languages[0])
+            language = SCRIPT_LANGUAGES.get(script or "", self.default_language)
             if language not in self.languages:
                 language = self.languages[0]
             out.append(self._run(run, language) if TRIGGER.search(run) else run)
         return "".join(out)
 
     def _run(self, text: str, language: str) -> str:
+        """One run in ``language``; an impossible date in it (``31/02/2026``) as written."""
+        out, at = [], 0
+        for begin, end in impossible_dates(text, self.locale):
+            if begin >= at:
+                out += [self._spoken_run(text[at:begin], language), text[begin:end]]
+                at = end
+        return "".join(out) + self._spoken_run(text[at:], language)
+
+    def _spoken_run(self, text: str, language: str) -> str:
         lead = text[:len(text) - len(text.lstrip())]
         trail = text[len(text.rstrip()):]
         body = text.strip()
-        if language == "en" and self.indian:
-            body = indian_english_numbers(english_rupees(body))
-        cardinal = None
-        if language == "hi" and grammars.available():
-            hindi = grammars.grammar("hi")
-
-            def cardinal(n: int) -> str:
-                return hindi.normalize(str(n)).strip()
-            body = ungroup(hindi_times(hindi_money(body, cardinal), cardinal))
+        if not body or TRIGGER.search(body) is None:
+            return text
+        cardinal = self._cardinal(language)
+        if language == "en":
+            body = english_money(body, self.indian)
+        elif language == "hi" and cardinal is not None:
+            body = hindi_money(body, cardinal)
+        elif language == "zh":
+            body = chinese_money(body)
         body = spell_dates(body, language, self.locale, cardinal)
+        if cardinal is not None:
+            body = versions(body, language, cardinal)
+        body = signs(phones(body, language, self.country), language)
+        if language == "en":
+            body = english_numbers(body, self.indian)
+        if language == "hi" and cardinal is not None:
+            body = hindi_times(body, cardinal)
+        body = ungroup(body)
         if grammars.available() and TRIGGER.search(body) and len(body) <= MAX_GRAMMAR_CHARS:
             body = grammars.grammar(language).normalize(body, punct_post_process=True)
             if language == "hi":  # this version reads a Hindi decimal point in English
                 body = re.sub(r"\bpoint\b", "दशमलव", body)
         return lead + body + trail
+
+    def _cardinal(self, language: str) -> Callable[[int], str] | None:
+        """Whole numbers in ``language``'s words (Hindi: its grammar's, where installed)."""
+        if language == "en":
+            return lambda n: english_cardinal(n, self.indian)
+        if language == "zh":
+            return chinese_cardinal
+        if language == "hi" and grammars.available():
+            hindi = grammars.grammar("hi")
+            return lambda n: hindi.normalize(str(n)).strip()
+        return None
 
 
 # -- off the event loop ----------------------------------------------------------------------

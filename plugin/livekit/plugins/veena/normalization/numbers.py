@@ -14,6 +14,9 @@ import re
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
          "fourteen fifteen sixteen seventeen eighteen nineteen").split()
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+DIGIT_WORDS = {"en": _ONES[:10], "hi": "शून्य एक दो तीन चार पाँच छह सात आठ नौ".split(),
+               "zh": list("零一二三四五六七八九")}
+"""Each digit's name, for what is read digit by digit."""
 
 INDIAN_GROUPED = re.compile(r"(?<![\d,.])\d{1,2}(?:,\d{2})*,\d{3}(?![\d,]|\.\d{3})")
 """Digits in Indian grouping: the last three together, then pairs (``1,50,000``)."""
@@ -79,8 +82,63 @@ def ungroup(text: str) -> str:
                        m.group(0).replace(",", ""), text)
 
 
-def indian_english_numbers(text: str) -> str:
-    """Grouped whole numbers in Indian English words (``1,50,000`` -> "one lakh fifty
-    thousand"): the English grammar knows neither the grouping nor lakh and crore."""
-    return GROUPED.sub(lambda m: m.group(0) if len(m.group(0)) > MAX_DIGITS else
-                       english_cardinal(int(m.group(0).replace(",", "")), indian=True), text)
+ENGLISH_GROUPED = re.compile(r"(?<![\d,.$€£¥])(\d{1,2}(?:,\d{2})*,\d{3}|\d{1,3}(?:,\d{3})+)"
+                             r"(?:\.(\d+))?(?![\d,]|\.\d)")
+"""Grouped digits, with a decimal part or none, not after a currency symbol (the grammar's
+amount)."""
+
+
+def english_numbers(text: str, indian: bool) -> str:
+    """Grouped numbers in English words, Indian (``1,50,000`` -> "one lakh fifty thousand")
+    or international: the English grammar knows neither the Indian grouping nor lakh and
+    crore, and reads ``150000`` digit by digit."""
+    def spell(m: re.Match) -> str:
+        if len(m.group(0)) > MAX_DIGITS:
+            return m.group(0)
+        words = english_cardinal(int(m.group(1).replace(",", "")), indian)
+        if m.group(2):
+            words += " point " + " ".join(_ONES[int(d)] for d in m.group(2))
+        return words
+
+    return ENGLISH_GROUPED.sub(spell, text)
+
+
+def chinese_cardinal(n: int) -> str:
+    """``n`` (0 <= n < 10**16) in Chinese numerals: groups of 万 and 亿, one 零 for each gap
+    (the Chinese grammar reads a minus sign or a number after 负 wrongly, so signed numbers
+    and amounts are written out here)."""
+    if n == 0:
+        return "零"
+    groups = []
+    while n:
+        n, group = divmod(n, 10000)
+        groups.append(group)
+    out = ""
+    for i in reversed(range(len(groups))):
+        if groups[i]:
+            if out and groups[i] < 1000:
+                out += "零"
+            out += _chinese_below_10k(groups[i]) + ("", "万", "亿", "万亿")[i]
+    return out[1:] if out.startswith("一十") else out
+
+
+def _chinese_below_10k(n: int) -> str:
+    out, gap = "", False
+    for value, unit in ((1000, "千"), (100, "百"), (10, "十"), (1, "")):
+        digit, n = divmod(n, value)
+        if digit:
+            out += ("零" if gap else "") + DIGIT_WORDS["zh"][digit] + unit
+            gap = False
+        elif out:
+            gap = True
+    return out
+
+
+def chinese_number(digits: str) -> str:
+    """Plain or grouped digits with an optional decimal part in Chinese (``1,234.5`` ->
+    一千二百三十四点五)."""
+    whole, _, frac = digits.replace(",", "").partition(".")
+    if len(whole) > 16:
+        return digits
+    words = chinese_cardinal(int(whole))
+    return words + ("点" + "".join(DIGIT_WORDS["zh"][int(d)] for d in frac) if frac else "")

@@ -3,10 +3,13 @@ Devanagari by the Hindi one, Latin by the English one, Han by the Chinese one (H
 the first two in one sentence).
 
 Digits, symbols and spaces belong to no script: they join the run after them (``500 रुपये``
-is Hindi, ``₹500 only`` English), or, at the end of the text, the run before."""
+is Hindi, ``₹500 only`` English), or, at the end of the text, the run before. So do the Latin
+letters that belong to a number (``Rs.`` and ``INR`` before it, ``lacs`` and ``Cr`` after it,
+the ``v`` of ``v2.4``): ``Rs. 500/- दीजिए`` is one Hindi amount."""
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 SCRIPT_LANGUAGES = {"Devanagari": "hi", "Latin": "en", "Han": "zh"}
@@ -24,12 +27,19 @@ def script_of(char: str) -> str | None:
     return None
 
 
+NUMBER_LETTERS = re.compile(
+    r"(?i:\b(?:Rs\.?|INR|USD|US(?=\$)|EUR|GBP)(?=\s?[\d$])|\bv(?=\d+\.\d))"
+    r"|(?<=\d)\s?(?i:lakhs?|lacs?|crores?|crs?|mn|bn|[lkm])\b")
+"""Latin letters that are part of a number: a currency code before it, a scale after it."""
+
+
 def runs_by_script(text: str) -> list[tuple[str | None, str]]:
     """``text`` as consecutive (script, run) pairs whose runs join back to ``text``."""
     runs: list[list] = []
     pending = ""  # characters of no script, waiting for the next letter
-    for char in text:
-        script = script_of(char)
+    neutral = {i for m in NUMBER_LETTERS.finditer(text) for i in range(*m.span())}
+    for at, char in enumerate(text):
+        script = None if at in neutral else script_of(char)
         if script is None:
             pending += char
         elif runs and runs[-1][0] == script:
