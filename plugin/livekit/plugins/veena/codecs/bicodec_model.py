@@ -17,6 +17,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.parametrizations import weight_norm
 
+from .fsq import ResidualFSQ
+
 # The decode-relevant part of the official config.yaml (audio_tokenizer section).
 DEFAULT_CONFIG = {
     "quantizer": {"input_dim": 1024, "codebook_size": 8192, "codebook_dim": 8},
@@ -55,32 +57,13 @@ class FactorizedVQ(nn.Module):
         return self.out_project(F.embedding(ids, self.codebook.weight).transpose(1, 2))
 
 
-class _ResidualFSQ(nn.Module):
-    def __init__(self, levels: Sequence[int], num_quantizers: int, dim: int) -> None:
-        super().__init__()
-        self.project_out = nn.Linear(len(levels), dim)
-        lv = torch.tensor(list(levels))
-        basis = torch.cumprod(torch.tensor([1, *levels[:-1]]), 0)
-        idx = torch.arange(int(lv.prod()))
-        half = lv // 2
-        codebook = (((idx[:, None] // basis) % lv) - half) / half  # the implicit FSQ codebook
-        self.register_buffer("implicit_codebook", codebook.float(), persistent=False)
-        scales = torch.stack([(lv.float() - 1) ** -q for q in range(num_quantizers)])
-        self.register_buffer("scales", scales, persistent=False)
-
-    def output_from_indices(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, tokens, quantizers] -> [B, tokens, dim]."""
-        codes = self.implicit_codebook[ids] * self.scales[None, None]
-        return self.project_out(codes.sum(dim=2))
-
-
 class SpeakerDecoder(nn.Module):
     """32 global ids -> a speaker vector (``speaker_encoder.quantizer/project``)."""
 
     def __init__(self, out_dim: int, latent_dim: int, token_num: int, fsq_levels: Sequence[int],
                  fsq_num_quantizers: int, **_) -> None:
         super().__init__()
-        self.quantizer = _ResidualFSQ(fsq_levels, fsq_num_quantizers, latent_dim)
+        self.quantizer = ResidualFSQ(fsq_levels, fsq_num_quantizers, latent_dim)
         self.project = nn.Linear(latent_dim * token_num, out_dim)
 
     def detokenize(self, ids: torch.Tensor) -> torch.Tensor:

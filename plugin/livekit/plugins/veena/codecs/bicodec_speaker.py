@@ -190,7 +190,7 @@ class PerceiverResampler(nn.Module):
 # -- residual FSQ (indices) -----------------------------------------------------------------
 class ResidualFSQIndices(nn.Module):
     """Residual finite scalar quantisation to indices (the decode side,
-    ``bicodec_model._ResidualFSQ``, maps them back)."""
+    ``fsq.ResidualFSQ``, maps them back)."""
 
     def __init__(self, levels: Sequence[int], num_quantizers: int, dim: int) -> None:
         super().__init__()
