@@ -5,6 +5,7 @@ to normalise costs no grammar, pronunciations by whole word, bounded on patholog
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,19 @@ def test_pronunciations_replace_whole_words_with_their_case_rules():
     assert n.needs("we use SQL")
 
 
+def test_pronunciations_never_rewrite_a_tag():
+    n = TextNormalizer(("en",), "en-US", {"sigh": "sai", "laugh": "laff"})
+    assert n.normalize("<sigh> I sigh, <laugh> laugh.") == "<sigh> I sai, <laugh> laff."
+    assert n.normalize('<description="a sigh"> sigh') == '<description="a sigh"> sai'
+
+
+def test_text_of_no_script_is_read_in_the_locales_language():
+    assert VEENA.default_language == "en"  # en-IN: English, though Hindi is listed first
+    assert TextNormalizer(("hi", "en"), "hi-IN").default_language == "hi"
+    assert TextNormalizer(("zh", "en"), "zh-CN").default_language == "zh"
+    assert TextNormalizer(("hi", "en"), "fr-FR").default_language == "hi"  # not spoken: first
+
+
 def test_tags_pass_through_unchanged():
     text = '<laugh> Pay ₹1,50,000 <sigh> <description="2 kids, 40s">'
     out = VEENA.normalize(text)
@@ -164,3 +178,60 @@ def test_orpheus_reads_dates_month_first_and_spark_reads_chinese():
     assert us.normalize("on 12/08/2026") == "on december eighth twenty twenty six"
     zh = TextNormalizer(("zh", "en"), "zh-CN")
     assert zh.normalize("一共100美元") == "一共一百美元"
+
+
+# -- per locale: the table of what a listener must hear, and what never comes out ----------------
+LOCALES = {"en-IN": ("hi", "en"), "en-US": ("en",), "hi-IN": ("hi", "en"), "zh-CN": ("zh", "en")}
+"""Each locale with the languages of the profile that speaks it (veena, orpheus, spark)."""
+DIGITS = re.compile(r"\d[\d/.,:-]*\d|\d")
+DEVANAGARI = re.compile(r"[\u0900-\u097f]")
+
+
+def _table() -> list[tuple[str, str, str]]:
+    lines = (DATA / "listener.txt").read_text("utf-8").splitlines()
+    return [tuple(line.split("~")) for line in lines if line and not line.startswith("#")]
+
+
+def assert_spoken_or_as_written(written: str, heard: str, locale: str) -> None:
+    """Every number in ``heard`` is one of ``written``'s, whole (as written, never half
+    read), glued to no letter it was not written beside; no Hindi in English where nothing
+    was Hindi; no Latin word that was not written (``पंद्रहth``)."""
+    for number in DIGITS.findall(heard):
+        assert number in DIGITS.findall(written), (number, heard)
+    for glued in re.findall(r"[A-Za-z\u0900-\u097f]\d+|\d+[A-Za-z\u0900-\u097f]", heard):
+        assert glued in written, (glued, heard)
+    if not DEVANAGARI.search(written) and not locale.startswith("hi"):
+        assert not DEVANAGARI.search(heard), heard
+    if not locale.startswith("en") and (DEVANAGARI.search(written)
+                                        or re.search(r"[\u4e00-\u9fff]", written)):
+        latin = set(re.findall(r"[A-Za-z]+", written.lower()))
+        assert set(re.findall(r"[A-Za-z]+", heard.lower())) <= latin, heard
+
+
+@needs_grammars
+@pytest.mark.parametrize("locale, written, heard", _table())
+def test_what_a_listener_must_hear_per_locale(locale, written, heard):
+    said = TextNormalizer(LOCALES[locale], locale).normalize(written)
+    assert said == heard
+    assert_spoken_or_as_written(written, said, locale)
+
+
+AROUND = {"en-IN": "Pay {} now.", "en-US": "Pay {} now.", "hi-IN": "{} दीजिए", "zh-CN": "共{}。"}
+VALUES = ["₹1,50,000", "$1,234.56", "USD 1,000.50", "-5,000", "Rs 5 lacs", "₹2 Cr", "₹3 Lakh",
+          "Rs. 500/-", "3.11.12", "v2.4", "05/09/2026", "31/02/2026", "2024-03-15",
+          "2024-02-30", "10:30", "9876543210", "13812345678", "1800-22-3344", "12,00,500",
+          "1,234,567", "99.5", "-3.25", "15%", "¥1,234.5元"]
+
+
+@needs_grammars
+@pytest.mark.parametrize("locale", LOCALES)
+def test_every_class_in_every_locale_is_words_or_as_written(locale):
+    n = TextNormalizer(LOCALES[locale], locale)
+    wrong = []
+    for value in VALUES:
+        for written in (value, AROUND[locale].format(value)):
+            try:
+                assert_spoken_or_as_written(written, n.normalize(written), locale)
+            except AssertionError:
+                wrong.append((written, n.normalize(written)))
+    assert not wrong

@@ -5,6 +5,7 @@ whole numbers. The currency is said after the number, as people say it."""
 
 from __future__ import annotations
 
+import decimal
 import re
 from typing import Callable
 
@@ -13,31 +14,41 @@ from .numbers import MAX_DIGITS, chinese_number, english_cardinal
 _DIGITS = r"\d{1,3}(?:,\d{2,3})*(?:\.\d+)?|\d+(?:\.\d+)?"
 """Digits of an amount (Python's \\d takes Devanagari digits too), any grouping."""
 _SYMBOLS = {"₹": "INR", "rs": "INR", "inr": "INR", "रु": "INR", "$": "USD", "us$": "USD",
-            "usd": "USD", "€": "EUR", "eur": "EUR", "£": "GBP", "gbp": "GBP"}
+            "usd": "USD", "€": "EUR", "eur": "EUR", "£": "GBP", "gbp": "GBP", "¥": "JPY",
+            "￥": "JPY", "jpy": "JPY", "cny": "CNY", "rmb": "CNY"}
 _SCALES = {"lakh": "lakh", "lakhs": "lakh", "lac": "lakh", "lacs": "lakh", "l": "lakh",
            "crore": "crore", "crores": "crore", "cr": "crore", "crs": "crore",
            "thousand": "thousand", "k": "thousand", "million": "million", "mn": "million",
            "m": "million", "billion": "billion", "bn": "billion",
            "लाख": "lakh", "करोड़": "crore", "हज़ार": "thousand", "हजार": "thousand"}
 MONEY = re.compile(
-    r"(₹|\$|€|£|(?i:\bRs\b\.?|\bINR\b|\bUSD\b|\bUS\$|\bEUR\b|\bGBP\b)|रु\.?)\s?(" + _DIGITS + r")"
-    r"(?!\d)(\s?(?i:lakhs?|lacs?|crores?|crs?|thousand|million|billion|mn|bn|[lkm])\.?(?!\w)"
+    r"(₹|\$|€|£|[¥￥]|(?i:(?<![A-Za-z])(?:Rs|INR|USD|US\$|EUR|GBP|JPY|CNY|RMB)(?![A-Za-z])\.?)"
+    r"|रु\.?)\s?(" + _DIGITS + r")"
+    r"(?!\d)(\s?(?i:lakhs?|lacs?|crores?|thousand|million|billion"
+    r"|(?:crs?|mn|bn|[lkm])(?:\.(?=\s*[a-z\u0900-\u097f]))?)(?!\w)"
     r"|\s?(?:लाख|करोड़|हज़ार|हजार))?(/-)?")
 """An amount: the symbol or code, digits (any grouping), a scale word or its abbreviation
-(any case), and ``/-`` (no paise: not read)."""
-INDIAN_ONLY = ("INR",)
-"""Currencies the English grammar does not know: written out here in every English locale
-(the others only in Indian English, or with a scale word)."""
+(any case; its dot unless a sentence ends there), and ``/-`` (no paise: not read)."""
+YUAN_AFTER = re.compile(r"[¥￥]\s?(" + _DIGITS + r")\s?元")
+"""¥ before an amount with 元 after it (``¥1,234.5元``): yuan, said once, after the number."""
+ALWAYS_OURS = ("INR", "JPY", "CNY")
+"""Currencies the English grammar reads wrongly (rupees at all, yen and yuan with a decimal
+part): written out here in every English locale (the others only in Indian English, or with a
+scale word)."""
+SCALE_VALUES = {"thousand": 10**3, "lakh": 10**5, "million": 10**6, "crore": 10**7,
+                "billion": 10**9}
 
 ENGLISH = {"INR": ("rupee", "rupees", "paisa", "paise"), "USD": ("dollar", "dollars", "cent",
                                                                  "cents"),
            "EUR": ("euro", "euros", "cent", "cents"), "GBP": ("pound", "pounds", "penny",
-                                                              "pence")}
+                                                              "pence"),
+           "JPY": ("yen", "yen", "", ""), "CNY": ("yuan", "yuan", "fen", "fen")}
 HINDI = {"INR": ("रुपया", "रुपए", "पैसे"), "USD": ("डॉलर", "डॉलर", "सेंट"),
-         "EUR": ("यूरो", "यूरो", "सेंट"), "GBP": ("पाउंड", "पाउंड", "पेंस")}
+         "EUR": ("यूरो", "यूरो", "सेंट"), "GBP": ("पाउंड", "पाउंड", "पेंस"),
+         "JPY": ("येन", "येन", ""), "CNY": ("युआन", "युआन", "फ़ेन")}
 HINDI_SCALES = {"lakh": "लाख", "crore": "करोड़", "thousand": "हज़ार", "million": "मिलियन",
                 "billion": "बिलियन"}
-CHINESE = {"INR": "卢比", "USD": "美元", "EUR": "欧元", "GBP": "英镑"}
+CHINESE = {"INR": "卢比", "USD": "美元", "EUR": "欧元", "GBP": "英镑", "JPY": "日元", "CNY": "元"}
 YUAN = re.compile(r"[¥￥]\s?(" + _DIGITS + r")(?!\d)\s?(元?)")
 """¥ before an amount, with or without 元 after it (``¥1,234.5元`` says 元 once)."""
 
@@ -55,7 +66,7 @@ def english_money(text: str, indian: bool) -> str:
     crore) or with a scale word; the rest is the English grammar's."""
     def spell(m: re.Match) -> str:
         code, whole, frac, scale = _parts(m)
-        if len(m.group(2)) > MAX_DIGITS or not (indian or scale or code in INDIAN_ONLY):
+        if len(m.group(2)) > MAX_DIGITS or not (indian or scale or code in ALWAYS_OURS):
             return m.group(0)
         one, many, cent, cents = ENGLISH[code]
         words = english_cardinal(int(whole), indian)
@@ -63,7 +74,7 @@ def english_money(text: str, indian: bool) -> str:
             if frac:
                 words += " point " + " ".join(english_cardinal(int(d)) for d in frac)
             return f"{words} {scale} {many}"
-        if len(frac) > 2:  # not a sum in cents: a decimal
+        if len(frac) > 2 or (frac and not cent):  # not a sum in cents (or yen): a decimal
             return f"{words} point {' '.join(english_cardinal(int(d)) for d in frac)} {many}"
         words += f" {one if int(whole) == 1 else many}"
         hundredths = int((frac + "00")[:2]) if frac else 0
@@ -71,7 +82,12 @@ def english_money(text: str, indian: bool) -> str:
             return words
         return f"{words} and {english_cardinal(hundredths)} {cent if hundredths == 1 else cents}"
 
-    return MONEY.sub(spell, text)
+    return MONEY.sub(spell, _yuan(text))
+
+
+def _yuan(text: str) -> str:
+    """``¥1,234.5元`` as ``CNY 1,234.5``: one currency, said once."""
+    return YUAN_AFTER.sub(lambda m: f"CNY {m.group(1)}", text)
 
 
 def hindi_money(text: str, cardinal: Callable[[int], str]) -> str:
@@ -93,17 +109,21 @@ def hindi_money(text: str, cardinal: Callable[[int], str]) -> str:
         paise = int((frac + "00")[:2]) if frac else 0
         return words if not paise else f"{words} {cardinal(paise)} {hundredth}"
 
-    return MONEY.sub(spell, text)
+    return MONEY.sub(spell, _yuan(text))
 
 
 def chinese_money(text: str) -> str:
     """Amounts in Chinese, the currency after the number (``$1,234.56`` ->
-    一千二百三十四点五六美元; the grammar garbles grouped digits and ``¥...元``)."""
+    一千二百三十四点五六美元, ``₹5 lakh`` -> 五十万卢比; the grammar garbles grouped digits and
+    ``¥...元``)."""
     def spell(m: re.Match) -> str:
-        code, _, _, scale = _parts(m)
-        if len(m.group(2)) > MAX_DIGITS or scale:
+        code, whole, frac, scale = _parts(m)
+        if len(m.group(2)) > MAX_DIGITS or scale not in SCALE_VALUES and scale:
             return m.group(0)
-        return chinese_number(_hindi_digits(m.group(2))) + CHINESE[code]
+        amount = decimal.Decimal(_hindi_digits(f"{whole}.{frac or 0}"))
+        amount *= SCALE_VALUES.get(scale, 1)
+        digits = format(amount.normalize(), "f") if amount % 1 else str(int(amount))
+        return chinese_number(digits) + CHINESE[code]
 
     text = YUAN.sub(lambda m: m.group(0) if len(m.group(1)) > MAX_DIGITS else
                     chinese_number(m.group(1)) + "元", text)

@@ -125,7 +125,7 @@ class TextNormalizer:
         for script, run in runs_by_script(text):
             language = SCRIPT_LANGUAGES.get(script or "", self.default_language)
             if language not in self.languages:
-                language = self.languages[0]
+                language = self.default_language
             out.append(self._run(run, language) if TRIGGER.search(run) else run)
         return "".join(out)
 

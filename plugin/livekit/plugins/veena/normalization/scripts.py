@@ -28,7 +28,7 @@ def script_of(char: str) -> str | None:
 
 
 NUMBER_LETTERS = re.compile(
-    r"(?i:\b(?:Rs\.?|INR|USD|US(?=\$)|EUR|GBP)(?=\s?[\d$])|\bv(?=\d+\.\d))"
+    r"(?i:(?<![A-Za-z])(?:Rs\.?|INR|USD|US(?=\$)|EUR|GBP)(?=\s?[\d$])|(?<![A-Za-z])v(?=\d+\.\d))"
     r"|(?<=\d)\s?(?i:lakhs?|lacs?|crores?|crs?|mn|bn|[lkm])\b")
 """Latin letters that are part of a number: a currency code before it, a scale after it."""
 
