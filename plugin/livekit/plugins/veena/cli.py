@@ -104,6 +104,11 @@ async def _say(args: argparse.Namespace) -> int:
                 wav.writeframes(to_int16(chunk.pcm).tobytes())
                 progress.update(syn.timings.audio_seconds, chunk.final)
         t = syn.timings
+        if t.first_audio_ms is None:  # every chunk empty, retried too: nothing to listen to
+            out.unlink(missing_ok=True)
+            logger.error("the model produced no audio for this text (no WAV written)",
+                         extra={"request_id": syn.request_id})
+            return 1
         sys.stdout.write(
             f"first_audio_ms={t.first_audio_ms:.0f} audio_s={t.audio_seconds:.2f} "
             f"rtf={t.real_time_factor:.2f} wav={out}\n"

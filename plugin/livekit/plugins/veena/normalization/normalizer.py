@@ -223,9 +223,9 @@ async def normalize_off_loop(normalizer: TextNormalizer, text: str, request_id: 
         logger.warning("text normalisation failed: the chunk is spoken as written",
                        extra={"request_id": request_id, "error": repr(e)[:300]})
         return text
-    if out != text:
-        logger.debug("normalised text", extra={"request_id": request_id, "text": text,
-                                               "normalised": out})
+    if out != text:  # (-v) the line itself says it: the log format prints no extras
+        logger.debug("normalised text [%s]: %r -> %r", request_id, text, out,
+                     extra={"request_id": request_id, "text": text, "normalised": out})
     return out
 
 
