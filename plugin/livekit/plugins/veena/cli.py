@@ -16,6 +16,8 @@ from .log import configure_logging
 logger = logging.getLogger("livekit.plugins.veena.cli")
 
 DEFAULT_TINY_DIR = Path(".cache/tiny-veena")
+TINY = "tiny"
+"""The model name that asks for the tiny random-weight model (``serve --model tiny``)."""
 
 
 class _Progress:
@@ -45,7 +47,7 @@ def _resolve_model(model: str | None, profile: str | None = None) -> str:
     from .models.tiny_model import make_tiny_model
 
     model = model or os.environ.get("VEENA_MODEL")
-    if model:
+    if model and model != TINY:
         return model
     name = get_profile(profile).name if profile else "veena"
     folder = DEFAULT_TINY_DIR.parent / f"tiny-{name}"
@@ -241,13 +243,19 @@ def main(argv: list[str] | None = None) -> int:
     download.add_argument("--lora", action="append", default=[], metavar="NAME=PATH_OR_ID",
                           help="also fetch this LoRA adapter (repeatable; VEENA_LORA too)")
 
+    from .sizing import plan as sizing_plan
+
+    sizing_plan.add_parser(sub)
+
     tiny = sub.add_parser("make-tiny-model", help="build a tiny random-weight model in DIR")
     tiny.add_argument("dir")
     tiny.add_argument("--profile", default="veena")
     tiny.add_argument("--seed", type=int, default=0)
 
     serve = sub.add_parser("serve", help="run the TTS server (WebSocket + OpenAI-compatible HTTP)")
-    serve.add_argument("--model", default=None)
+    serve.add_argument("--model", default=None,
+                       help="model path or hub id (default: VEENA_MODEL; required); "
+                            "'tiny': a tiny random-weight test model")
     serve.add_argument("--profile", default=None)
     serve.add_argument("--host", default=os.environ.get("VEENA_HOST", "127.0.0.1"))
     serve.add_argument("--lora", action="append", default=[], metavar="NAME=PATH_OR_ID",
@@ -298,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             logger.error("%s", e)
             return 2
         return 0
+    if args.command == "plan":
+        return sizing_plan.run(args)
     if args.command == "make-tiny-model":
         from .models.tiny_model import make_tiny_model
 
@@ -313,7 +323,16 @@ def main(argv: list[str] | None = None) -> int:
         from .settings import env_bool, env_int
         from .validation import check_int
 
-        model = _resolve_model(args.model, args.profile)
+        model = args.model or os.environ.get("VEENA_MODEL")
+        if not model:  # never a random model nobody asked for
+            logger.error("serve needs a model: --model NAME_OR_PATH (or VEENA_MODEL), e.g. "
+                         "--model maya-research/veena-tts; --model tiny serves a tiny "
+                         "random-weight test model")
+            return 2
+        if model == TINY:
+            model = _resolve_model(model, args.profile)
+            logger.warning("SERVING THE TINY RANDOM-WEIGHT TEST MODEL (%s): every client hears "
+                           "noise, not speech; /health says random_weights", model)
         try:
             # every setting read now, before minutes of model loading (or in each worker)
             ServerOptions.from_env()

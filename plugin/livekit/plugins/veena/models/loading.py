@@ -14,11 +14,13 @@ import math
 import re
 import threading
 import weakref
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..codecs.torch_threads import single_threaded_torch
 from ..pipeline.engine import EngineOptions, VllmEngine
+from ..pipeline.engine_options import has_cuda
 from ..pipeline.family import DecodeShape, family_for
 from ..normalization import NormalizationOptions, check_mode, check_pronunciations
 from ..pipeline.guards import GuardOptions
@@ -28,6 +30,8 @@ from ..pipeline.pipeline import Pipeline
 from ..pipeline.scheduler import SchedulerOptions
 from ..pipeline.windowing import WindowOptions
 from ..settings import env_bool, env_bool_or_auto, env_float, env_int, env_str
+from ..sizing.fit import decode_batch_for
+from ..sizing.machine import choose_codec_device
 from ..validation import check_int
 from .adapters import (AdapterError, adapter_folder, check_name, lora_from_env,
                        register_adapter)
@@ -74,6 +78,23 @@ def _decode_shape_from_env(prefix: str, d: DecodeShape) -> DecodeShape:
     return DecodeShape(window, pacing)
 
 
+def codec_device_from_env() -> tuple[str, str]:
+    """``VEENA_CODEC_DEVICE`` (default ``auto``: CUDA where present) resolved, and why."""
+    return choose_codec_device(env_str("VEENA_CODEC_DEVICE", "auto"), has_cuda())
+
+
+def with_machine_decode_batch(options: PipelineOptions,
+                              engine: EngineOptions) -> PipelineOptions:
+    """On CUDA, unless ``VEENA_DECODE_MAX_BATCH`` is set: a batch that follows the streams
+    this process admits (``sizing.fit.decode_batch_for``); the CPU keeps its default."""
+    if not options.codec_device.startswith("cuda") or env_int("VEENA_DECODE_MAX_BATCH", None):
+        return options
+    batch = decode_batch_for(engine.max_num_seqs // 2)
+    logger.info("decode batch up to %d (from max_num_seqs %d; VEENA_DECODE_MAX_BATCH sets it)",
+                batch, engine.max_num_seqs)
+    return replace(options, scheduler=replace(options.scheduler, max_batch=batch))
+
+
 def _non_negative(name: str, value: float) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
@@ -95,7 +116,7 @@ def pipeline_options_from_env() -> PipelineOptions:
             max_wait_ms=env_float("VEENA_DECODE_MAX_WAIT_MS", d.scheduler.max_wait_ms),
             adaptive_batch=env_bool("VEENA_DECODE_ADAPTIVE_BATCH", d.scheduler.adaptive_batch),
         ),
-        codec_device=env_str("VEENA_CODEC_DEVICE", d.codec_device),
+        codec_device=codec_device_from_env()[0],
         codec_cuda_graphs=env_bool("VEENA_CODEC_CUDA_GRAPHS", d.codec_cuda_graphs),
         snac_streaming=env_bool_or_auto("VEENA_SNAC_STREAMING", d.snac_streaming),
         torch_threads=env_int("VEENA_TORCH_THREADS", d.torch_threads),
@@ -158,7 +179,7 @@ def engine_options_of(model: str, profile: str | ModelProfile | None = None) -> 
     """What ``load_pipeline`` starts vLLM with for ``model`` (a shared engine core,
     ``server/shared_engine``, must be started with the same)."""
     prof = resolve_profile(model, profile)
-    return EngineOptions.from_env(llm_location(local_checkpoint(model, prof), prof))
+    return EngineOptions.from_env(llm_location(local_checkpoint(model, prof), prof), profile=prof)
 
 
 def codec_location(model: str, profile: ModelProfile, codec_model: str | None = None) -> str:
@@ -185,6 +206,7 @@ def load_pipeline(model: str, *, profile: str | ModelProfile | None = None,
     ``lora``: LoRA adapters to serve, {name: folder or hub id}, beside ``VEENA_LORA``'s;
     each is checked against the model before the engine starts (``AdapterError``)."""
     require_local_engine()
+    from_env = options is None
     options = options or pipeline_options_from_env()
     prof = resolve_profile(model, profile)
     model = local_checkpoint(model, prof)  # a Spark-TTS hub id: its snapshot
@@ -197,14 +219,22 @@ def load_pipeline(model: str, *, profile: str | ModelProfile | None = None,
         import torch
 
         torch.set_num_threads(options.torch_threads)
+    engine_options = engine_options or EngineOptions.from_env(llm_location(model, prof),
+                                                              profile=prof)
+    if from_env:
+        options = with_machine_decode_batch(options, engine_options)
+    device, why = codec_device_from_env()
+    logger.info("codec on %s (%s)", options.codec_device,
+                why if device == options.codec_device else "the caller's PipelineOptions")
     with single_threaded_torch(options.codec_device):
         codec = family_for(prof).load_codec(codec_model, options.codec_device,
                                             cuda_graphs=options.codec_cuda_graphs,
                                             streaming=options.streams_snac())
-    engine = VllmEngine(engine_options or EngineOptions.from_env(llm_location(model, prof)),
-                        core=engine_core)
+    engine = VllmEngine(engine_options, core=engine_core)
     pipeline = Pipeline(engine, codec, prof, options)
     pipeline.codec_model = codec_model
+    pipeline.random_weights = bool(manifest.get("random_weights")) or (
+        engine_options.load_format == "dummy")
     serve_adapters(pipeline, {**lora_from_env(), **(lora or {})})
     return pipeline
 

@@ -4,6 +4,7 @@ engine core dies on a float or bool where it expects an int)."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -14,6 +15,8 @@ from ..validation import check_float, check_int, check_int_list, is_int
 
 _MAX_TOKENS = 1 << 20
 MAX_TOKEN_ID = (1 << 31) - 1
+
+logger = logging.getLogger(__name__)
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens",
                    "min_tokens")
@@ -64,10 +67,16 @@ class EngineOptions:
     clear ``starting`` error (the start itself goes on)."""
 
     @classmethod
-    def from_env(cls, model: str | None = None, **overrides) -> "EngineOptions":
-        """Defaults suit the machine: without CUDA, vLLM-CPU needs a small memory share
-        (it sees only part of the node) and runs eager."""
-        cpu = not has_cuda()
+    def from_env(cls, model: str | None = None, *, profile: Any = None, facts: Any = None,
+                 **overrides) -> "EngineOptions":
+        """Defaults suit the machine (``facts``: a ``sizing.MachineFacts``, detected where
+        not given): without CUDA, vLLM-CPU needs a small memory share (it sees only part of
+        the node) and runs eager; on a GPU, ``max_num_seqs`` is two per stream whose KV
+        cache fits beside the weights (``profile``: the model's, else resolved from it)."""
+        from ..sizing.machine import MachineFacts
+
+        facts = facts if facts is not None else MachineFacts.detect()
+        cpu = not facts.cuda
         values = dict(
             model=model or env_str("VEENA_MODEL", ""),
             dtype=env_str("VEENA_DTYPE", cls.dtype),
@@ -79,7 +88,7 @@ class EngineOptions:
             enforce_eager=env_bool("VEENA_ENFORCE_EAGER", cpu or cls.enforce_eager),
             seed=env_int("VEENA_ENGINE_SEED", cls.seed),
             tensor_parallel_size=env_int("VEENA_TENSOR_PARALLEL_SIZE", cls.tensor_parallel_size),
-            max_num_seqs=env_int("VEENA_MAX_NUM_SEQS", cls.max_num_seqs),
+            max_num_seqs=env_int("VEENA_MAX_NUM_SEQS", None),  # empty: from the machine
             load_format=env_str("VEENA_LOAD_FORMAT", cls.load_format),
             startup_timeout_s=env_float("VEENA_STARTUP_TIMEOUT_S", cls.startup_timeout_s),
             enable_lora=env_bool_or_auto("VEENA_ENABLE_LORA", cls.enable_lora),
@@ -88,6 +97,8 @@ class EngineOptions:
             max_cpu_loras=env_int("VEENA_MAX_CPU_LORAS", cls.max_cpu_loras),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if values["max_num_seqs"] is None:
+            values["max_num_seqs"] = _machine_max_num_seqs(facts, values, profile)
         return cls(**values)
 
 
@@ -183,6 +194,21 @@ class SamplingOptions:
             output_kind=RequestOutputKind.DELTA,
             stream_interval=self.stream_interval if self.stream_interval > 1 else None,
         )
+
+
+def _machine_max_num_seqs(facts: Any, values: Mapping[str, Any], profile: Any) -> int:
+    """``max_num_seqs`` from the machine and the model's config (logged with why)."""
+    from ..models.profiles import resolve_profile
+    from ..sizing.machine import engine_defaults, model_shape_or_none
+
+    cuda = facts.cuda and bool(values["model"])
+    shape = model_shape_or_none(values["model"]) if cuda else None
+    seqs, why = engine_defaults(facts, shape, resolve_profile(values["model"], profile)
+                                if cuda else None,
+                                utilization=values["gpu_memory_utilization"],
+                                dtype=values["dtype"])
+    logger.info("engine: max_num_seqs %d (%s; VEENA_MAX_NUM_SEQS sets it)", seqs, why)
+    return seqs
 
 
 def has_cuda() -> bool:

@@ -90,6 +90,9 @@ class Pipeline:
         self.codec_model: str | None = None
         """Where the codec was loaded from (``models.loading``): its speaker encoder lives
         there."""
+        self.random_weights = False
+        """Whether the model's weights are random (a tiny test model, ``load_format``
+        dummy): ``/health`` says so, since it speaks noise."""
         self._ready = False
         self._warm: asyncio.Future | None = None
         self._graphs: asyncio.Future | None = None

@@ -35,10 +35,15 @@ def profile_tags(profile: Any) -> list[str]:
 
 
 async def health(request: web.Request) -> web.Response:
-    """Alive: 200 while the engine is starting or serving; 503 once it is dead or failed."""
+    """Alive: 200 while the engine is starting or serving; 503 once it is dead or failed.
+    It names the model and whether its weights are random (a test model speaks noise)."""
     state = server_state(request)
-    ok = state.pipeline.engine.health.ok
-    return web.json_response({"status": "ok" if ok else "unhealthy", **_engine_status(state)},
+    pipeline = state.pipeline
+    ok = pipeline.engine.health.ok
+    return web.json_response({"status": "ok" if ok else "unhealthy", **_engine_status(state),
+                              "model": public_model_name(pipeline.engine.options.model),
+                              "profile": pipeline.profile.name,
+                              "random_weights": pipeline.random_weights},
                              status=200 if ok else 503)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..pipeline.chunking import ChunkerOptions
 from ..settings import env_float, env_int, env_str
+from ..sizing.fit import STREAMS_PER_PROCESS
 from ..validation import MAX_C_INT, MAX_DURATION_S, check_float, check_int
 from .admission import AdmissionOptions
 
@@ -28,7 +29,8 @@ class ServerOptions:
     """Open WebSocket connections; one more is answered 503."""
     max_active_streams: int | None = None
     """Streams synthesizing at once (None: half the engine sequences this process may fill,
-    ``VllmEngine.seq_slots``, since a turn keeps up to two engine requests in flight)."""
+    ``VllmEngine.seq_slots``, since a turn keeps up to two engine requests in flight, and at
+    most what one process's CPU carries, ``sizing.fit.STREAMS_PER_PROCESS``)."""
     max_queued_streams: int | None = None
     """Streams waiting for a slot (None: as many as ``max_active_streams``)."""
     max_queue_wait_s: float = 5.0
@@ -134,6 +136,6 @@ class ServerOptions:
         return self
 
     def admission(self, max_num_seqs: int) -> AdmissionOptions:
-        active = self.max_active_streams or max(1, max_num_seqs // 2)
+        active = self.max_active_streams or max(1, min(max_num_seqs // 2, STREAMS_PER_PROCESS))
         queued = active if self.max_queued_streams is None else self.max_queued_streams
         return AdmissionOptions(active, queued, self.max_queue_wait_s)

@@ -1,0 +1,25 @@
+"""What ``load_pipeline`` records of a model for the server to tell: whether its weights are
+random (its manifest says so, or vLLM was told to make them up)."""
+
+import json
+import shutil
+from pathlib import Path
+
+from livekit.plugins.veena.models.loading import load_pipeline
+from livekit.plugins.veena.pipeline.engine_options import EngineOptions
+from livekit.plugins.veena.pipeline.options import PipelineOptions
+
+
+async def test_random_weights_from_the_manifest_or_dummy_loading(tiny_model_dir, tmp_path):
+    real = Path(shutil.copytree(tiny_model_dir, tmp_path / "real"))
+    manifest = json.loads((real / "veena_tts.json").read_text())
+    assert manifest.pop("random_weights") is True
+    (real / "veena_tts.json").write_text(json.dumps(manifest))
+    for model, load_format, random in ((tiny_model_dir, "auto", True), (str(real), "auto", False),
+                                       (str(real), "dummy", True)):
+        pipeline = load_pipeline(model, options=PipelineOptions(),
+                                 engine_options=EngineOptions(model, load_format=load_format))
+        try:
+            assert pipeline.random_weights is random, (model, load_format)
+        finally:
+            await pipeline.aclose()
