@@ -18,11 +18,12 @@ from livekit.plugins.veena.models.adapters import (
     AdapterError,
     check_adapter,
     parse_lora_specs,
+    register_adapter,
 )
 from livekit.plugins.veena.models.loading import load_pipeline, serve_adapters
 from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.models.tiny_model import make_random_adapter
-from livekit.plugins.veena.pipeline.adapters import AdapterSet, lora_rank_for
+from livekit.plugins.veena.pipeline.adapters import Adapter, AdapterSet, lora_rank_for
 from livekit.plugins.veena.pipeline.engine import EngineOptions, VllmEngine
 from livekit.plugins.veena.pipeline.engine_args import with_adapters
 from livekit.plugins.veena.voices.call_voice import resolve_voice
@@ -44,7 +45,7 @@ def _copy(good: Path, to: Path, config=None, tensors=None) -> Path:
 
 
 def test_a_good_adapter_passes_with_its_rank_alpha_and_targets(good, tiny_model_dir):
-    checked = check_adapter(str(good), tiny_model_dir)
+    checked = check_adapter("acme", str(good), tiny_model_dir)
     assert (checked.rank, checked.alpha) == (8, 16.0)
     assert set(checked.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj",
                                            "gate_proj", "up_proj", "down_proj"}
@@ -58,7 +59,7 @@ BAD = {
     "a rank past vLLM's largest": (
         lambda c: {**c, "r": 1024}, None, "rank r must be an int in \\[1, 512\\]"),
     "a bool rank": (lambda c: {**c, "r": True}, None, "rank r must be an int"),
-    "a NaN alpha": (lambda c: {**c, "lora_alpha": math.nan}, None, "lora_alpha must be a finite"),
+    "a NaN alpha": (lambda c: {**c, "lora_alpha": math.nan}, None, "lora_alpha must be a number"),
     "an unsupported target": (
         lambda c: {**c, "target_modules": ["q_proj", "embed_tokens"]}, None,
         "unsupported target modules \\['embed_tokens'\\]"),
@@ -79,6 +80,23 @@ BAD = {
     "a NaN weight": (
         None, lambda w: {k: (v * math.nan if k == _first(w) else v) for k, v in w.items()},
         "NaN or infinite"),
+    # what vLLM's own PEFTHelper refuses inside the engine core, where a refusal is fatal
+    "no lora_alpha": (lambda c: {k: v for k, v in c.items() if k != "lora_alpha"}, None,
+                      "lora_alpha is missing"),
+    **{f"init {init}": (lambda c, init=init: {**c, "init_lora_weights": init}, None,
+                        "vLLM refuses this adapter: vLLM does not support init_lora_weights")
+       for init in ("pissa", "olora", "loftq", "corda")},
+    "layer replication": (lambda c: {**c, "layer_replication": [[0, 2]]}, None,
+                          "does not support layer_replication"),
+    "QALoRA": (lambda c: {**c, "use_qalora": True}, None, "does not support QALoRA"),
+    "aLoRA": (lambda c: {**c, "alora_invocation_tokens": [1, 2]}, None,
+              "does not support Activated LoRA"),
+    "a wrongly typed field": (lambda c: {**c, "use_rslora": "yes", "lora_bias": [1]}, None,
+                              "vLLM refuses this adapter"),
+    # values that made the parsers raise something other than AdapterError
+    "a huge alpha": (lambda c: {**c, "lora_alpha": 10**400}, None, "lora_alpha must be a number"),
+    "an infinite alpha": (lambda c: {**c, "lora_alpha": math.inf}, None,
+                          "lora_alpha must be a number"),
     "a foreign tensor": (
         None, lambda w: {**w, "base_model.model.lm_head.weight": w[_first(w)].clone()},
         "unexpected tensor"),
@@ -90,29 +108,47 @@ def test_every_bad_adapter_is_one_clear_error(case, good, tiny_model_dir, tmp_pa
     config, tensors, says = BAD[case]
     bad = _copy(good, tmp_path / "bad", config, tensors)
     with pytest.raises(AdapterError, match=says):
-        check_adapter(str(bad), tiny_model_dir)
+        check_adapter("acme", str(bad), tiny_model_dir)
 
 
 def test_missing_or_corrupt_files_are_clear_errors(good, tiny_model_dir, tmp_path):
     with pytest.raises(AdapterError, match="no adapter folder"):
-        check_adapter(str(tmp_path / "nowhere"), tiny_model_dir)
+        check_adapter("acme", str(tmp_path / "nowhere"), tiny_model_dir)
     no_config = _copy(good, tmp_path / "no-config")
     (no_config / CONFIG_FILE).unlink()
     with pytest.raises(AdapterError, match="has no adapter_config.json"):
-        check_adapter(str(no_config), tiny_model_dir)
+        check_adapter("acme", str(no_config), tiny_model_dir)
     bad_json = _copy(good, tmp_path / "bad-json")
     (bad_json / CONFIG_FILE).write_text("{not json")
     with pytest.raises(AdapterError, match="not readable JSON"):
-        check_adapter(str(bad_json), tiny_model_dir)
+        check_adapter("acme", str(bad_json), tiny_model_dir)
     truncated = _copy(good, tmp_path / "truncated")
     data = (truncated / WEIGHTS_FILE).read_bytes()
     (truncated / WEIGHTS_FILE).write_bytes(data[: len(data) // 2])
     with pytest.raises(AdapterError, match="not a readable safetensors file"):
-        check_adapter(str(truncated), tiny_model_dir)
+        check_adapter("acme", str(truncated), tiny_model_dir)
+    nested = _copy(good, tmp_path / "nested")
+    (nested / CONFIG_FILE).write_text("[" * 200_000 + "]" * 200_000)  # RecursionError
+    with pytest.raises(AdapterError, match="not readable JSON"):
+        check_adapter("acme", str(nested), tiny_model_dir)
     pickled = _copy(good, tmp_path / "pickled")
     (pickled / WEIGHTS_FILE).rename(pickled / "adapter_model.bin")
     with pytest.raises(AdapterError, match="convert it to safetensors"):
-        check_adapter(str(pickled), tiny_model_dir)
+        check_adapter("acme", str(pickled), tiny_model_dir)
+
+
+def test_a_rank_above_an_explicit_max_lora_rank_is_refused_before_the_start(
+        good, tiny_model_dir):
+    """``VEENA_MAX_LORA_RANK`` set: the engine starts with it, so an adapter above it is
+    refused at registration, not by the core as it loads the adapter."""
+    with pytest.raises(AdapterError, match="greater than max_lora_rank 1"):
+        check_adapter("acme", str(good), tiny_model_dir, max_lora_rank=1)
+    engine = VllmEngine(EngineOptions(model=tiny_model_dir, max_lora_rank=1))
+    with pytest.raises(AdapterError, match="greater than max_lora_rank 1"):
+        register_adapter(engine, "acme", str(good), tiny_model_dir)
+    assert not engine.adapters
+    assert register_adapter(VllmEngine(EngineOptions(model=tiny_model_dir)), "acme",
+                            str(good), tiny_model_dir).rank == 8  # unset: sized to fit
 
 
 def test_lora_specs_are_name_equals_location():
@@ -124,22 +160,11 @@ def test_lora_specs_are_name_equals_location():
             parse_lora_specs(bad)
 
 
-def test_ids_are_stable_per_name_and_never_reused():
-    adapters = AdapterSet()
-    a = adapters.add("acme", "/a", 8, 16.0)
-    b = adapters.add("bravo", "/b", 4, 4.0)
-    assert (a.int_id, b.int_id) == (1, 2) and adapters.max_rank == 8
-    with pytest.raises(ValueError, match="already registered"):
-        adapters.add("acme", "/c", 8, 16.0)
-    adapters.remove("acme")
-    assert adapters.add("acme", "/c", 8, 16.0).int_id == 3  # vLLM caches by id: a new one
-
-
 def test_lora_is_sized_from_the_adapters_unless_set():
     opts = EngineOptions(model="m")
     assert with_adapters(opts, AdapterSet()).enable_lora is False
     adapters = AdapterSet()
-    adapters.add("acme", "/a", 24, 24.0)
+    adapters.add(Adapter("acme", 1, "/a", 24, 24.0))
     sized = with_adapters(opts, adapters)
     assert (sized.enable_lora, sized.max_lora_rank) == (True, 32)
     assert lora_rank_for(4) == 8 and lora_rank_for(16) == 16
@@ -149,7 +174,7 @@ def test_an_engine_started_without_lora_refuses_an_adapter():
     engine = VllmEngine(EngineOptions(model="unused", enable_lora=False))
     engine._start_task = object()  # as once start() has begun
     with pytest.raises(ValueError, match="started without LoRA"):
-        engine.add_adapter("acme", "/a", 8, 16.0)
+        engine.add_adapter(Adapter("acme", 1, "/a", 8, 16.0))
     assert not engine.adapters
 
 
@@ -232,7 +257,7 @@ async def test_a_call_keeps_its_adapter_voice_stream_after_stream():
     from ..fakes import fake_pipeline
 
     async with fake_pipeline() as p:
-        p.engine.adapters.add("acme", "/a", 8, 16.0)
+        p.engine.adapters.add(Adapter("acme", 1, "/a", 8, 16.0))
         tts = veena.TTS(pipeline=p, voice="acme", max_tokens_per_chunk=14)
         await tts.synthesize("Hello there.").collect()
         stream = tts.stream()

@@ -191,7 +191,7 @@ def test_lora_adapters_are_fetched_ahead_of_time(tiny_model_dir, tmp_path, monke
                                       cache_dir=str(tmp_path / "cache"))
         assert sorted(p.name for p in folder.iterdir()) == ["adapter_config.json",
                                                             "adapter_model.safetensors"]
-        assert check_adapter(str(folder), tiny_model_dir).rank == 8
+        assert check_adapter("acme", str(folder), tiny_model_dir).rank == 8
         with pytest.raises(AdapterError, match="cannot download adapter 'test/absent'"):
             download_adapters({"x": "test/absent"}, endpoint=fake.url,
                               cache_dir=str(tmp_path / "cache"))

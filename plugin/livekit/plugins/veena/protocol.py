@@ -83,6 +83,7 @@ ERROR_CODES: dict[str, ErrorCode] = {
     # LoRA adapters (POST /v1/adapters): the adapter cannot be served
     "bad_adapter": ErrorCode(400, False),
     "adapter_exists": ErrorCode(409, False),
+    "cannot_remove": ErrorCode(409, False),
     "download_failed": ErrorCode(502, True),
     # the server's state: retry later or elsewhere
     "overloaded": ErrorCode(503, True),

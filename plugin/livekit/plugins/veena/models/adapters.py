@@ -2,18 +2,20 @@
 the base model, then registered with the engine by name.
 
 An adapter that could fail inside vLLM's engine core (a load error there can stop the engine
-for every caller) never gets that far: before registration its ``adapter_config.json`` and
-every tensor of ``adapter_model.safetensors`` are read here and checked against the base
-model's ``config.json`` (names, layers, shapes, rank, finite values). A failure is one
-``AdapterError`` (a ``ValueError``) saying what is wrong.
+for every caller) never gets that far: before registration its files are copied
+(``adapter_files``: the copy is what vLLM reads, under an id from its name and hash), its
+``adapter_config.json`` passes vLLM's own ``PEFTHelper`` validation against the engine's LoRA
+limits, and every tensor of ``adapter_model.safetensors`` is checked against the base model's
+``config.json`` (names, layers, shapes, rank, finite values). Any failure, whatever raised
+it, is one ``AdapterError`` (a ``ValueError``) saying what is wrong.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
+import shutil
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +24,17 @@ from typing import Any, Iterable, Mapping
 from ..pipeline.adapters import Adapter, check_adapter_name
 from ..pipeline.engine import VllmEngine
 from ..settings import env_str
+from .adapter_files import (CONFIG_FILE, WEIGHTS_FILE, adapter_id, copy_files, discard,
+                            publish, stamp)
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FILE = "adapter_config.json"
-WEIGHTS_FILE = "adapter_model.safetensors"
+__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "AdapterError", "CheckedAdapter", "check_adapter"]
+
 MAX_ADAPTER_RANK = 512
 """vLLM's largest LoRA rank."""
+MAX_ALPHA = 1e30
+"""Far above any trained adapter's ``lora_alpha``; NaN and infinity are refused too."""
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
@@ -47,10 +53,21 @@ class AdapterError(ValueError):
 class CheckedAdapter:
     """What registration needs of an adapter that passed every check."""
 
+    name: str
+    int_id: int
     path: str
+    """The checked copy (what vLLM reads)."""
     rank: int
     alpha: float
     target_modules: tuple[str, ...]
+    source: str
+    """The folder it was copied from."""
+    stamp: tuple
+    """``adapter_files.stamp`` of the source as it was copied."""
+
+    def adapter(self) -> Adapter:
+        return Adapter(self.name, self.int_id, self.path, self.rank, self.alpha,
+                       source=self.source, stamp=self.stamp, owned=True)
 
 
 def parse_lora_specs(specs: Iterable[str] | str | None) -> dict[str, str]:
@@ -141,15 +158,19 @@ def adapter_folders(root: str | Path) -> dict[str, Path]:
     return found
 
 
-def _config(folder: Path) -> tuple[int, float, tuple[str, ...]]:
-    path = folder / CONFIG_FILE
+def _config(folder: Path, max_lora_rank: int = MAX_ADAPTER_RANK,
+            shown: Path | None = None) -> tuple[int, float, tuple[str, ...]]:
+    """The config's rank, alpha and targets, once vLLM's own ``PEFTHelper`` accepts it with
+    ``max_lora_rank`` (messages name ``shown``, the user's folder, where ``folder`` is a
+    copy)."""
+    path = (shown or folder) / CONFIG_FILE
     try:
-        config = json.loads(path.read_text())
+        config = json.loads((folder / CONFIG_FILE).read_text())
     except FileNotFoundError:
-        raise AdapterError(f"{folder} has no {CONFIG_FILE} (a PEFT LoRA adapter folder "
-                           "holds it beside adapter_model.safetensors)") from None
-    except (OSError, ValueError) as e:
-        raise AdapterError(f"{path} is not readable JSON: {e}") from None
+        raise AdapterError(f"{shown or folder} has no {CONFIG_FILE} (a PEFT LoRA adapter "
+                           "folder holds it beside adapter_model.safetensors)") from None
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
+        raise AdapterError(f"{path} is not readable JSON: {type(e).__name__}: {e}") from None
     if not isinstance(config, dict):
         raise AdapterError(f"{path} is not a JSON object")
     if config.get("peft_type", "LORA") != "LORA":
@@ -158,37 +179,87 @@ def _config(folder: Path) -> tuple[int, float, tuple[str, ...]]:
     if not isinstance(rank, int) or isinstance(rank, bool) or not 1 <= rank <= MAX_ADAPTER_RANK:
         raise AdapterError(f"{path}: rank r must be an int in [1, {MAX_ADAPTER_RANK}], "
                            f"got {rank!r}")
-    alpha = config.get("lora_alpha", rank)
-    if (not isinstance(alpha, (int, float)) or isinstance(alpha, bool)
-            or not math.isfinite(alpha) or alpha <= 0):
-        raise AdapterError(f"{path}: lora_alpha must be a finite number > 0, got {alpha!r}")
+    if "lora_alpha" not in config:
+        raise AdapterError(f"{path}: lora_alpha is missing (vLLM requires it)")
+    alpha = config["lora_alpha"]
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not (
+            0 < alpha < MAX_ALPHA):  # (compared, never converted: a huge int overflows)
+        raise AdapterError(f"{path}: lora_alpha must be a number in (0, {MAX_ALPHA:g}), "
+                           f"got {_short(alpha)}")
     for flag in ("use_dora", "modules_to_save", "layers_to_transform", "rank_pattern",
                  "alpha_pattern"):
         if config.get(flag):
             raise AdapterError(f"{path}: {flag} is not supported (vLLM serves plain LoRA "
                                "on the projections only)")
     if config.get("bias", "none") != "none":
-        raise AdapterError(f"{path}: bias {config['bias']!r} is not supported (only 'none')")
+        raise AdapterError(f"{path}: bias {_short(config['bias'])} is not supported "
+                           "(only 'none')")
     targets = config.get("target_modules")
     if isinstance(targets, str):
         targets = [targets]
     if not isinstance(targets, list) or not targets or not all(
             isinstance(t, str) for t in targets):
-        raise AdapterError(f"{path}: target_modules must list module names, got {targets!r}")
+        raise AdapterError(f"{path}: target_modules must list module names, got "
+                           f"{_short(targets)}")
     unsupported = sorted(set(targets) - set(TARGET_MODULES))
     if unsupported:
-        raise AdapterError(f"{path}: unsupported target modules {unsupported}; supported: "
-                           f"{', '.join(TARGET_MODULES)}")
+        raise AdapterError(f"{path}: unsupported target modules {_short(unsupported)}; "
+                           f"supported: {', '.join(TARGET_MODULES)}")
+    _vllm_check(config, max_lora_rank, path)
     return rank, float(alpha), tuple(sorted(set(targets)))
 
 
-def check_adapter(location: str, model_dir: str) -> CheckedAdapter:
-    """Read and check one adapter against the base model in ``model_dir`` (blocking: it
-    reads every tensor; call it off the event loop)."""
+def _vllm_check(config: dict, max_lora_rank: int, path: Path) -> None:
+    """vLLM's own validation of the config (what its core runs as it loads the adapter,
+    where a refusal is fatal), with the engine's ``max_lora_rank``."""
+    from vllm.config.lora import LoRAConfig
+    from vllm.lora.peft_helper import PEFTHelper
+
+    try:
+        helper = PEFTHelper.from_dict({**config, "vllm_max_position_embeddings": None})
+        helper.validate_legal(LoRAConfig(max_lora_rank=max_lora_rank, max_loras=1))
+    except Exception as e:  # vLLM's ValueError, or a TypeError on a value of a wrong type
+        raise AdapterError(f"{path}: vLLM refuses this adapter: {_short(str(e), 300)}"
+                           ) from None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def check_adapter(name: str, location: str, model_dir: str,
+                  max_lora_rank: int | None = None) -> CheckedAdapter:
+    """Copy one adapter's files and check the copy against the base model in ``model_dir``
+    and an engine's ``max_lora_rank`` (None: vLLM's largest; an engine not started yet
+    sizes itself to fit). Blocking: it reads every tensor; call it off the event loop."""
+    check_name(name)
     folder = adapter_folder(location)
-    rank, alpha, targets = _config(folder)
+    before = stamp(folder)
+    try:
+        copy, digest = copy_files(folder)
+    except OSError as e:
+        raise AdapterError(f"cannot read the adapter at {folder}: {e}") from None
+    try:
+        rank, alpha, targets = _check_files(copy, folder, model_dir,
+                                            max_lora_rank or MAX_ADAPTER_RANK)
+        path = publish(copy, name, adapter_id(name, digest))
+    except AdapterError:
+        discard(copy)
+        raise
+    except Exception as e:  # anything a hostile file makes a parser raise: a bad adapter
+        discard(copy)
+        raise AdapterError(f"{folder} cannot be read as a LoRA adapter: "
+                           f"{type(e).__name__}: {_short(str(e), 200)}") from None
+    return CheckedAdapter(name, adapter_id(name, digest), str(path), rank, alpha, targets,
+                          os.path.abspath(folder), before)
+
+
+def _check_files(copy: Path, folder: Path, model_dir: str,
+                 max_lora_rank: int) -> tuple[int, float, tuple[str, ...]]:
+    rank, alpha, targets = _config(copy, max_lora_rank, shown=folder)
     layers, shapes = base_shapes(model_dir)
-    weights = folder / WEIGHTS_FILE
+    weights, shown = copy / WEIGHTS_FILE, folder / WEIGHTS_FILE
     if not weights.is_file():
         other = " (adapter_model.bin is not read: convert it to safetensors)" if (
             folder / "adapter_model.bin").exists() else ""
@@ -203,14 +274,14 @@ def check_adapter(location: str, model_dir: str) -> CheckedAdapter:
     except AdapterError:
         raise
     except Exception as e:  # a truncated or corrupt file: safetensors' own error
-        raise AdapterError(f"{weights} is not a readable safetensors file: {e}") from None
+        raise AdapterError(f"{shown} is not a readable safetensors file: {e}") from None
     half = sorted(f"layer {i} {m}" for (i, m), ab in pairs.items() if ab != {"A", "B"})
     if half:
-        raise AdapterError(f"{weights}: lora_A and lora_B must come in pairs; unpaired: "
+        raise AdapterError(f"{shown}: lora_A and lora_B must come in pairs; unpaired: "
                            f"{', '.join(half[:4])}")
     if not pairs:
-        raise AdapterError(f"{weights} holds no LoRA weights")
-    return CheckedAdapter(str(folder.resolve()), rank, alpha, targets)
+        raise AdapterError(f"{shown} holds no LoRA weights")
+    return rank, alpha, targets
 
 
 def _check_tensor(key: str, tensor: Any, rank: int, targets: tuple[str, ...], layers: int,
@@ -239,13 +310,21 @@ def _check_tensor(key: str, tensor: Any, rank: int, targets: tuple[str, ...], la
 
 
 def register_adapter(engine: VllmEngine, name: str, location: str, model_dir: str) -> Adapter:
-    """Check ``location`` against the base model, then serve it as ``name`` (the engine
-    refuses a rank past its ``max_lora_rank`` once started). Blocking."""
-    check_name(name)
-    checked = check_adapter(location, model_dir)
+    """Check ``location`` against the base model and the engine's LoRA limits, then serve
+    it as ``name``. Blocking."""
+    return serve_checked(engine, check_adapter(name, location, model_dir,
+                                               engine.options.max_lora_rank))
+
+
+def serve_checked(engine: VllmEngine, checked: CheckedAdapter, *,
+                  replace: bool = False) -> Adapter:
+    """Register a checked adapter (``replace``: in place of the one served under its name);
+    a refusal frees its copy and is an ``AdapterError``."""
     try:
-        return engine.add_adapter(name, checked.path, checked.rank, checked.alpha)
+        return engine.add_adapter(checked.adapter(), replace)
     except ValueError as e:
+        if not any(a.path == checked.path for a in engine.adapters):
+            shutil.rmtree(checked.path, ignore_errors=True)
         raise AdapterError(str(e)) from None
 
 
@@ -266,11 +345,13 @@ def settle_lora_env() -> None:
     from ..pipeline.adapters import served_rank
     from ..settings import env_bool_or_auto
 
+    root = env_str("VEENA_ADAPTERS_DIR", "")
+    if root and not Path(root).is_dir():
+        raise AdapterError(f"VEENA_ADAPTERS_DIR {root} is not a folder")
     if env_bool_or_auto("VEENA_ENABLE_LORA", None) is not None:
         return  # set: every process reads the same
     folders = [adapter_folder(location) for location in lora_from_env().values()]
-    root = env_str("VEENA_ADAPTERS_DIR", "")
-    if root and Path(root).is_dir():
+    if root:
         folders += adapter_folders(root).values()
     if not folders and not root:
         return

@@ -247,8 +247,8 @@ def serve_adapters(pipeline: Pipeline, lora: Mapping[str, str]) -> None:
     for name, location in lora.items():
         served = engine.adapters.get(check_name(name))
         if served is not None:
-            if Path(served.path) != adapter_folder(location).resolve():
-                raise AdapterError(f"adapter {name!r} is already served from {served.path}")
+            if Path(served.source).resolve() != adapter_folder(location).resolve():
+                raise AdapterError(f"adapter {name!r} is already served from {served.source}")
             continue
         if name in pipeline.profile.voices:
             raise AdapterError(f"adapter name {name!r} is already a voice of profile "

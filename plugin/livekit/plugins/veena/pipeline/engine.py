@@ -265,20 +265,14 @@ class VllmEngine:
             except Exception:
                 logger.exception("engine-dead listener failed")
 
-    def add_adapter(self, name: str, path: str, rank: int, alpha: float) -> Adapter:
-        """Serve a checked adapter (``models.adapters.check_adapter``) as ``name``: any rank
-        before the start (which sizes LoRA for it), after it one the engine fits (ValueError)."""
+    def add_adapter(self, adapter: Adapter, replace: bool = False) -> Adapter:
+        """Serve a checked adapter (``replace``: new files of one served): any rank before
+        the start (which sizes LoRA for it), after it one the engine fits (ValueError)."""
         if self._start_task is not None:
-            check_fits_started(self.options, rank)
-        adapter = self.adapters.add(name, path, rank, alpha)
-        logger.info("adapter registered", extra={"adapter": name, "lora_int_id": adapter.int_id,
-                                                 "rank": rank, "path": path})
-        return adapter
-
-    def remove_adapter(self, name: str) -> Adapter:
-        """Stop serving ``name`` (KeyError if unknown); running requests finish with it."""
-        adapter = self.adapters.remove(name)
-        logger.info("adapter removed", extra={"adapter": name, "lora_int_id": adapter.int_id})
+            check_fits_started(self.options, adapter.rank)
+        (self.adapters.replace if replace else self.adapters.add)(adapter)
+        logger.info("adapter registered", extra={"adapter": adapter.name, "path": adapter.path,
+                                                 "lora_int_id": adapter.int_id})
         return adapter
 
     def new_request_id(self, prefix: str = "tts") -> str:
@@ -314,10 +308,10 @@ class VllmEngine:
             "prompt_token_ids", prompt_token_ids, 0, MAX_TOKEN_ID))}
         if not prompt["prompt_token_ids"]:
             raise ValueError("prompt_token_ids is empty")
-        if adapter is not None and self.adapters.get(adapter.name) != adapter:
-            raise ValueError(f"adapter {adapter.name!r} is not registered with this engine")
         await self.start()
         lora = {} if adapter is None else {"lora_request": adapter.lora_request()}
+        if adapter is not None:  # its files stay while vLLM may read them (ValueError: gone)
+            self.adapters.hold(adapter)
         assert self._llm is not None
         request_id = request_id or self.new_request_id()
         live = _LiveRequest(asyncio.current_task())
@@ -363,6 +357,8 @@ class VllmEngine:
                 await self._abort(request_id)
             with contextlib.suppress(Exception):
                 await outputs.aclose()
+            if adapter is not None:
+                self.adapters.release(adapter)
 
     async def _abort(self, request_id: str) -> None:
         try:

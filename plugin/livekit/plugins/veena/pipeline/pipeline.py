@@ -17,6 +17,7 @@ from ..codecs.base import Codec
 from ..normalization import TextNormalizer, check_mode, normalize_off_loop
 from ..normalization.normalizer import spoken_lengths_later
 from ..validation import check_int
+from .adapters import Adapter
 from .alarm import SharedAlarm
 from .chunking import ChunkerOptions, chunk_text
 from .engine import SamplingOptions, VllmEngine
@@ -216,30 +217,36 @@ class Pipeline:
         event loop after the chunk's own text (its transcript's timing weights)."""
         return spoken_lengths_later(self.normalizer(pronunciations), words)
 
+    def adapter(self, name: str) -> Adapter:
+        """The adapter served as ``name`` now (ValueError: none)."""
+        lora = self.engine.adapters.get(name)
+        if lora is None:
+            raise ValueError(f"unknown adapter {name!r}; registered: "
+                             f"{', '.join(self.engine.adapters.names) or 'none'}")
+        return lora
+
     def synthesize(self, text: str, *, voice: str | None = None,
                    sampling: SamplingOptions | None = None, seed: int | None = None,
                    request_id: str | None = None,
                    speaker_globals: Sequence[int] | None = None,
-                   adapter: str | None = None,
+                   adapter: str | Adapter | None = None,
                    guard_log: GuardLog | None = None) -> Synthesis:
         """Validate everything, then return the (lazy) audio stream of ``text``.
 
         ``speaker_globals`` (families with speaker tokens: BiCodec) makes this a
         continuation: the prompt pre-fills those 32 globals and the model generates semantic
-        tokens only. ``adapter``: the name of a LoRA adapter the engine serves, applied to
-        every engine request of this synthesis (its name is then a speaker name too).
+        tokens only. ``adapter``: a LoRA adapter the engine serves (by name), or one a turn
+        holds, applied to every engine request of this synthesis (its name is then a speaker
+        name too).
         ``guard_log``: the turn's, where this text is one chunk of a turn (its guards then
         warn once per turn); None: its own.
         """
         if not text or not text.strip():
             raise EmptyTextError("text to synthesize is empty")
-        lora = None
-        if adapter is not None:
-            lora = self.engine.adapters.get(adapter)
-            if lora is None:
-                raise ValueError(f"unknown adapter {adapter!r}; registered: "
-                                 f"{', '.join(self.engine.adapters.names) or 'none'}")
-        speakers = {} if lora is None else {"speakers": (adapter,)}
+        lora = self.adapter(adapter) if isinstance(adapter, str) else adapter
+        if lora is not None and not self.engine.adapters.usable(lora):
+            raise ValueError(f"adapter {lora.name!r} is no longer served")
+        speakers = {} if lora is None else {"speakers": (lora.name,)}
         voice, globals_ = self.family.check_voice(
             self.profile.default_voice if voice is None else voice, speaker_globals, **speakers)
         sampling = (sampling or self.sampling.defaults()).validate()

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..log import logger
 from .engine_options import SamplingOptions, draw_seed
+from .adapters import Adapter
 from .guards import GuardLog
 from .pipeline import EmptyTextError, Pipeline
 from .stitching import ChunkJoiner
@@ -175,6 +176,8 @@ class Turn:
         self._tags_warned = False
         self._first_index: int | None = None
         """The first chunk with text: it starts the voice that later chunks continue."""
+        self._adapter: Adapter | None = None
+        """The LoRA adapter the turn holds while it speaks."""
 
     def _learn_globals(self, speaker_globals: tuple[int, ...] | None) -> None:
         if self.speaker_globals is None and speaker_globals is not None:
@@ -222,7 +225,7 @@ class Turn:
             syn = self._p.synthesize(text, voice=self._opts.voice, sampling=sampling,
                                      seed=self.seed, request_id=self._request_ids.get(index),
                                      speaker_globals=self.speaker_globals,
-                                     adapter=self._opts.adapter, guard_log=self.guard_log)
+                                     adapter=self._adapter, guard_log=self.guard_log)
             self._syns[index] = syn
             if index == self._first_index:
                 self._first_syn = syn
@@ -286,6 +289,9 @@ class Turn:
             order.put_nowait(None)
 
         await self._p.start(self._opts.startup_timeout)
+        if self._opts.adapter is not None:  # every chunk speaks with the adapter it began
+            self._adapter = self._p.adapter(self._opts.adapter)  # with, removed or not
+            self._p.engine.adapters.hold(self._adapter)
         joiner = ChunkJoiner(int(self._opts.chunk_crossfade_ms * self._p.sample_rate / 1000))
         scheduler = asyncio.create_task(schedule(), name="veena-turn-schedule")
         rate = self._p.sample_rate
@@ -323,6 +329,9 @@ class Turn:
             await scheduler
         finally:
             await self.aclose(scheduler)
+            if self._adapter is not None:
+                self._p.engine.adapters.release(self._adapter)
+                self._adapter = None
 
     def _lengths_of(self, index: int) -> list[int] | None:
         """The chunk's words' spoken lengths, where known by now (a transcript falls back to

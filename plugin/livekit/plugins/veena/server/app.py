@@ -26,6 +26,7 @@ from typing import Callable
 from aiohttp import web
 
 from ..models import loading
+from ..models.adapters import AdapterError
 from ..pipeline.engine import EngineClosedError
 from ..pipeline.pipeline import Pipeline
 from . import adapter_routes, health, speech, voice_routes, websocket
@@ -41,6 +42,8 @@ logger = logging.getLogger(__name__)
 WARM_KEY = web.AppKey("veena_warm", asyncio.Task)
 
 ENGINE_DEAD_EXIT_CODE = 3
+CONFIG_ERROR_EXIT_CODE = 2
+"""A setting the server cannot serve with (as the command line's usage errors)."""
 
 
 def create_app(pipeline: Pipeline, options: ServerOptions | None = None,
@@ -150,6 +153,9 @@ def run_server(model: str, *, profile: str | None, host: str, port: int,
         adapters_dir = ServerOptions.from_env().adapters_dir
         if adapters_dir:  # served before the engine starts, which sizes LoRA for them
             load_folder(pipeline, adapters_dir)
+    except AdapterError as e:  # a setting (VEENA_LORA, VEENA_ADAPTERS_DIR), not the engine
+        logger.error("cannot serve the adapters: %s", e, extra={"model": model})
+        return CONFIG_ERROR_EXIT_CODE
     except Exception as e:  # a model or codec that cannot be loaded is a failed start too
         logger.error("cannot load the model: %s", e, extra={"model": model})
         return ENGINE_DEAD_EXIT_CODE
