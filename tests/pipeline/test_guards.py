@@ -18,10 +18,12 @@ from livekit.plugins.veena.pipeline.engine import SamplingOptions
 from livekit.plugins.veena.pipeline.guards import (
     GuardOptions,
     LoopDetector,
+    RunGuards,
     SilenceMeter,
     fade_out,
     guard_counts,
     spoken_length,
+    step_key,
 )
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
@@ -90,19 +92,31 @@ def test_a_held_sound_or_a_short_or_long_repeat_is_not_a_loop():
     assert all(rnd.push(k) is None for k in keys)
 
 
-def test_silence_is_counted_across_pushes_and_reset_by_sound():
+def test_silence_past_the_limit_is_dropped_across_pushes_and_the_sound_after_it_kept():
     m = SilenceMeter(seconds=1.0, dbfs=-45.0, sample_rate=1000)
     loud = np.full(10, 0.5, np.float32)
     quiet = np.full(400, 0.001, np.float32)
-    assert m.push(np.concatenate([loud, quiet])) is None
-    assert m.push(np.concatenate([quiet, loud])) is None  # 800 in a row, then sound
-    assert m.push(quiet) is None
-    assert m.push(np.concatenate([quiet, quiet[:199]])) is None  # 999
-    assert m.push(quiet) == 1  # 1000 reached after its first sample
+
+    def same(got, want):
+        return np.array_equal(got[0], want) and got[1]
+
+    assert m.trim(np.concatenate([loud, quiet]))[1] == 0
+    assert m.trim(np.concatenate([quiet, loud]))[1] == 0  # 800 in a row, then sound
+    assert m.trim(quiet)[1] == 0
+    assert m.trim(np.concatenate([quiet, quiet[:199]]))[1] == 0  # 999
+    out, cuts = m.trim(np.concatenate([quiet, loud]))  # 1000 kept, 399 dropped, the sound
+    assert cuts == 1 and np.array_equal(out, np.concatenate([quiet[:1], loud]))
     inside = SilenceMeter(seconds=1.0, dbfs=-45.0, sample_rate=1000)
-    assert inside.push(np.concatenate([loud, np.zeros(1500, np.float32), loud])) == 1010
+    pause = np.concatenate([loud, np.zeros(1500, np.float32), loud * 0.9])
+    out, cuts = inside.trim(pause)
+    assert cuts == 1 and len(out) == 10 + 1000 + 10 and out[-1] == pause[-1]
+    lead = SilenceMeter(seconds=1.0, dbfs=-45.0, sample_rate=1000)
+    out, cuts = lead.trim(np.concatenate([np.zeros(2500, np.float32), loud]))
+    assert cuts == 1 and len(out) == 1010 and np.array_equal(out[-10:], loud)
     tail = SilenceMeter(seconds=1.0, dbfs=-45.0, sample_rate=1000)
-    assert tail.push(np.concatenate([loud, np.zeros(1200, np.float32)])) == 1010
+    assert tail.trim(np.concatenate([loud, np.zeros(1200, np.float32)]))[0].size == 1010
+    assert tail.trim(np.zeros(300, np.float32)) == (pytest.approx([]), 0)  # one stretch: one cut
+    assert np.array_equal(tail.trim(loud)[0], loud)
 
 
 def test_a_fade_ends_at_zero_and_leaves_the_rest():
@@ -119,12 +133,27 @@ def test_a_han_character_takes_three_letters_time():
 
 @pytest.mark.parametrize("field, value", [
     ("empty_tokens", True), ("empty_tokens", -1), ("loop_repeats", 1),
-    ("loop_min_s", float("nan")), ("loop_max_s", 0.1), ("silence_dbfs", 3.0),
+    ("loop_min_s", float("nan")), ("loop_min_s", 0.0), ("loop_min_s", 0.05),
+    ("loop_max_s", 0.1), ("silence_dbfs", 3.0),
     ("runaway_s_per_char", float("inf")), ("fade_ms", "20"),
 ])
 def test_options_are_checked(field, value):
     with pytest.raises(ValueError, match=field):
         GuardOptions(**{field: value}).validate()
+
+
+def test_a_held_sound_is_no_loop_at_the_shortest_loop_min_s_on_any_codec():
+    """``loop_min_s`` 0 validated once and made one step held (silence) a loop."""
+    for steps_per_s in (STEPS_PER_S, 50.0):  # SNAC frames, BiCodec / NeuCodec tokens
+        g = RunGuards(GuardOptions(loop_min_s=0.1).validate(), steps_per_s, RATE, None)
+        held = [np.array([0, 1, 2, 3, 4, 5, 6])] * 200
+        assert all(g.steps(held[:i + 1], 1) is None for i in range(200))
+
+
+def test_a_frame_is_keyed_by_every_code():
+    a, b = np.array([5, 1, 2, 3, 4, 5, 6]), np.array([5, 1, 2, 3, 4, 5, 7])
+    assert step_key(a) != step_key(b) and step_key(a) == step_key(a.copy())
+    assert step_key(17) == 17
 
 
 # -- through the pipeline ------------------------------------------------------------------
@@ -177,26 +206,49 @@ async def test_an_empty_retry_ends_the_chunk_and_the_next_chunk_still_speaks():
     assert len(audio) == 30 * SPP
 
 
-async def test_a_runaway_is_cut_at_the_profiles_bound_with_a_fade():
-    text = "Hi there."
+@pytest.mark.parametrize("text, length", [
+    ("Hi there.", 9),
+    ("今天天气很好我们去公园", 33),  # a Han character is a syllable: three letters' time
+])
+async def test_a_runaway_is_cut_at_the_chunks_bound_with_a_fade_and_counted(text, length):
+    """The engine's own budget lies past the bound, so the guard ends a runaway (Chinese
+    was cut by ``max_tokens`` first, with no fade and no count)."""
     engine = ScriptedEngine([frames(_random_frames(300, 7)) + [STOP]])
     turn, audio = await _speak(engine, text, sampling=SamplingOptions())  # the default budget
     assert [g for g, _ in turn.guard_log.fired] == ["runaway"]
-    bound = math.ceil((1.5 + VEENA.runaway_s_per_char * len(text)) * STEPS_PER_S)
+    assert spoken_length(text) == length
+    bound = math.ceil((1.5 + VEENA.runaway_s_per_char * length) * STEPS_PER_S)
     assert len(audio) == bound * SPP  # everything decoded so far was within the bound
     assert audio[-1] == 0 and np.abs(audio[-480:]).max() < 0.5 <= np.abs(audio[:-480]).max()
-    assert engine.aborted
+    assert engine.aborted and engine.requests[0][2].max_tokens > 7 * bound
 
 
-async def test_a_long_silence_inside_a_chunk_is_cut_on_the_decoded_audio():
-    silent = [[0] + row[1:] for row in _random_frames(60, 8)]  # 5 s that decode to silence
-    script = frames(_random_frames(10, 9) + silent + _random_frames(20, 10)) + [STOP]
+async def test_slow_mandarin_within_its_bound_is_heard_whole():
+    """20 syllables at 0.32 s each (a slow speaker): within 1.5 s + 3 x 0.1 s each."""
+    text = "今天天气很好我们一起去公园散步然后回家"
+    frames_spoken = math.ceil(0.32 * len(text) * STEPS_PER_S)
+    engine = ScriptedEngine([frames(_random_frames(frames_spoken, 21)) + [STOP]])
+    turn, audio = await _speak(engine, text, sampling=SamplingOptions())
+    assert turn.guard_log.fired == [] and len(audio) == frames_spoken * SPP
+
+
+@pytest.mark.parametrize("before, silent, after", [
+    (10, 30, 12),  # "Please hold... [2.56 s] ...thanks": the second clause is heard
+    (0, 30, 20),  # 2.56 s of silence before the first word: the chunk still speaks
+    (10, 60, 0),  # a silent tail: trimmed, and the chunk ends where the model stopped
+])
+async def test_a_long_silence_is_trimmed_and_the_chunk_goes_on(before, silent, after):
+    pause = [[0] + row[1:] for row in _random_frames(silent, 8)]  # decodes to silence
+    script = frames(_random_frames(before, 9) + pause + _random_frames(after, 10)) + [STOP]
     engine = ScriptedEngine([script])
     turn, audio = await _speak(engine, TEXT)
     assert [g for g, _ in turn.guard_log.fired] == ["silence"]
+    assert engine.aborted == [] and engine.tokens_out == len(script)  # nothing cut short
+    # the pause kept to 2 s (the tone after it starts at a zero crossing: a silent sample)
+    assert len(audio) == (before + after) * SPP + 2 * RATE - (after > 0)
     loud = np.flatnonzero(np.abs(audio) > 0.01)
-    assert loud[-1] < 10 * SPP  # nothing after the silence is heard
-    assert len(audio) == 10 * SPP + 2 * RATE  # the silence heard up to the guard's limit
+    if after:  # every frame after the pause is heard, right after its 2 s
+        assert loud[-1] >= len(audio) - SPP and len(loud) > (before + after - 1) * SPP * 0.9
 
 
 async def test_normal_streams_fire_no_guard():
@@ -229,11 +281,43 @@ async def test_each_guard_warns_once_per_turn_with_its_request_id_and_counts_eve
     assert len(warned) == 1 and warned[0].request_id == turn.guard_log.fired[0][1]
 
 
-async def test_a_budget_of_the_callers_own_has_no_runaway_bound():
-    text = "Hi there, good day."  # runaway past 3.4 s (40 frames), budget 5.8 s
+@pytest.mark.parametrize("per_char", ["", "0.1"])
+async def test_a_budget_of_the_callers_own_has_no_runaway_bound(per_char, monkeypatch):
+    """Whether the seconds per character come from the profile or from
+    ``VEENA_GUARD_RUNAWAY_S_PER_CHAR``: a ``max_tokens`` the caller gives is theirs."""
+    from livekit.plugins.veena.models.loading import pipeline_options_from_env
+
+    monkeypatch.setenv("VEENA_GUARD_RUNAWAY_S_PER_CHAR", per_char)
+    options = pipeline_options_from_env().guards
+    text = "Hi there, good day."  # the bound: 3.4 s (40 frames)
     engine = ScriptedEngine([frames(_random_frames(300, 16)) + [STOP]])
-    turn, audio = await _speak(engine, text, sampling=SamplingOptions(max_tokens=7 * 60))
+    turn, audio = await _speak(engine, text, options=options,
+                               sampling=SamplingOptions(max_tokens=7 * 60))
     assert turn.guard_log.fired == [] and len(audio) == 60 * SPP
+    assert engine.requests[0][2].max_tokens == 7 * 60
+
+
+async def test_no_no_no_no_spoken_as_four_different_code_runs_is_no_loop():
+    """The loop guard compares codes, not text: "No." four times is four different runs
+    (here alike in their first codebook, with the same pause between them), never a loop;
+    the same run of codes over and over is one."""
+    rng = np.random.default_rng(30)
+    contour = rng.integers(1, 4096, 5)  # the same coarse codes in every "No."
+
+    def no(seed):
+        detail = np.random.default_rng(seed).integers(0, 4096, (5, 6))
+        return [[int(c)] + d.tolist() for c, d in zip(contour, detail)]
+
+    pause = [[0, 1, 2, 3, 4, 5, 6]] * 4  # one held silent frame, the same every time
+    spoken = no(31) + pause + no(32) + pause + no(33) + pause + no(34)
+    engine = ScriptedEngine([frames(spoken) + [STOP]])
+    turn, audio = await _speak(engine, "No. No. No. No.")
+    assert turn.guard_log.fired == [] and len(audio) == len(spoken) * SPP
+    stuck = no(31) + pause
+    engine = ScriptedEngine([frames(stuck * 12) + [STOP]])
+    turn, audio = await _speak(engine, "No. No. No. No.", sampling=SAMPLING)
+    assert [g for g, _ in turn.guard_log.fired] == ["loop"]
+    assert len(stuck) <= len(audio) // SPP <= 3 * len(stuck)
 
 
 async def test_guards_set_to_zero_are_off():
@@ -261,6 +345,10 @@ def test_each_guard_is_set_from_its_environment_variable(monkeypatch):
     assert (g.loop_repeats, g.runaway_s_per_char, g.silence_s) == (5, 0.2, 0.0)
     monkeypatch.setenv("VEENA_GUARD_LOOP_REPEATS", "1")
     with pytest.raises(ValueError, match="VEENA_GUARD_LOOP_REPEATS"):
+        pipeline_options_from_env()
+    monkeypatch.setenv("VEENA_GUARD_LOOP_REPEATS", "3")
+    monkeypatch.setenv("VEENA_GUARD_LOOP_MIN_S", "0")  # held silence would be a "loop"
+    with pytest.raises(ValueError, match="VEENA_GUARD_LOOP_MIN_S"):
         pipeline_options_from_env()
 
 

@@ -120,7 +120,6 @@ def pipeline_options_from_env() -> PipelineOptions:
         codec_cuda_graphs=env_bool("VEENA_CODEC_CUDA_GRAPHS", d.codec_cuda_graphs),
         snac_streaming=env_bool_or_auto("VEENA_SNAC_STREAMING", d.snac_streaming),
         torch_threads=env_int("VEENA_TORCH_THREADS", d.torch_threads),
-        max_audio_s_per_char=env_float("VEENA_MAX_AUDIO_S_PER_CHAR", d.max_audio_s_per_char),
         freeze_gc_heap=env_bool("VEENA_FREEZE_GC_HEAP", d.freeze_gc_heap),
         queued_output_steps=check_int(
             "VEENA_QUEUED_OUTPUT_STEPS",

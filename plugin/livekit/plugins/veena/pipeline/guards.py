@@ -9,10 +9,11 @@ What each does when it fires:
 - ``loop``: the same run of steps (SNAC frames, BiCodec semantic tokens) repeated
   ``loop_repeats`` times in a row: the chunk ends after its first copy, or where the
   listener already is.
-- ``runaway``: more audio than ``runaway_base_s`` plus the profile's seconds per character
-  (a Han character counts as three): the chunk ends there with a short fade. It narrows the
-  default token budget only: a ``max_tokens`` the caller gives is theirs.
-- ``silence``: ``silence_s`` of decoded audio under ``silence_dbfs`` (peak): the chunk ends.
+- ``runaway``: more audio than the chunk's bound (``chunk_bound_s``, the one bound on a
+  chunk's default budget): the chunk ends there with a short fade. A ``max_tokens`` the
+  caller gives is theirs: such a request has no bound.
+- ``silence``: a silent stretch (peak under ``silence_dbfs``) longer than ``silence_s``: the
+  rest of it is dropped and the chunk goes on; it ends only where the model stops.
 
 Every firing is counted process-wide (``guard_counts``; the server exports it) and logged
 once per turn and guard, with the request id, by the turn's ``GuardLog``.
@@ -32,6 +33,9 @@ from ..validation import check_float, check_int
 logger = logging.getLogger(__name__)
 
 GUARDS = ("empty", "loop", "runaway", "silence")
+MIN_LOOP_S = 0.1
+"""The shortest ``loop_min_s``: at least two steps of every codec (SNAC's are 85 ms), so a
+held sound (one step repeated) is never a loop."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,8 @@ class GuardOptions:
     """Copies in a row of one run of steps that make a loop (``VEENA_GUARD_LOOP_REPEATS``;
     at least 2)."""
     loop_min_s: float = 0.25
-    """The shortest run that counts (``VEENA_GUARD_LOOP_MIN_S``): shorter repeats are a held
-    sound or silence, which the silence guard judges."""
+    """The shortest run that counts (``VEENA_GUARD_LOOP_MIN_S``, at least ``MIN_LOOP_S``):
+    shorter repeats are a held sound or silence, which the silence guard judges."""
     loop_max_s: float = 3.0
     """The longest run looked for (``VEENA_GUARD_LOOP_MAX_S``; a phrase, not a sentence)."""
     runaway_base_s: float = 1.5
@@ -55,10 +59,11 @@ class GuardOptions:
     (``VEENA_GUARD_RUNAWAY_BASE_S``)."""
     runaway_s_per_char: float | None = None
     """Seconds of audio per character (``VEENA_GUARD_RUNAWAY_S_PER_CHAR``); None: the
-    profile's ``runaway_s_per_char``. A request with a ``max_tokens`` of its own has no
-    runaway bound."""
+    profile's ``runaway_s_per_char``; 0: no bound. A request with a ``max_tokens`` of its
+    own has no bound whatever this says."""
     silence_s: float = 2.0
-    """Silence inside a chunk that ends it (``VEENA_GUARD_SILENCE_S``)."""
+    """The longest silence heard inside a chunk (``VEENA_GUARD_SILENCE_S``): the rest of a
+    longer one is dropped."""
     silence_dbfs: float = -45.0
     """Peak level under which audio counts as silent (``VEENA_GUARD_SILENCE_DBFS``)."""
     fade_ms: float = 20.0
@@ -69,7 +74,7 @@ class GuardOptions:
         check_int("loop_repeats", self.loop_repeats, 0, 100)
         if self.loop_repeats == 1:
             raise ValueError("loop_repeats must be 0 (off) or at least 2")
-        check_float("loop_min_s", self.loop_min_s, 0.0, 60.0)
+        check_float("loop_min_s", self.loop_min_s, MIN_LOOP_S, 60.0)
         check_float("loop_max_s", self.loop_max_s, self.loop_min_s, 60.0)
         check_float("runaway_base_s", self.runaway_base_s, 0.0, 3600.0)
         if self.runaway_s_per_char is not None:
@@ -116,11 +121,33 @@ class GuardLog:
                            extra={"request_id": request_id, "guard": guard, **details})
 
 
-# -- the checks ----------------------------------------------------------------------------
+# -- the one bound on a chunk --------------------------------------------------------------
+MAX_SPOKEN_PER_CHAR = 3
+"""The most one character counts in ``spoken_length`` (a Han character)."""
+
+
 def spoken_length(text: str) -> int:
-    """Characters as time to say them: a Han character (a syllable) counts as three."""
+    """Characters as time to say them, the one length measure of a chunk's bound: a Han
+    character (a syllable) counts as three."""
     han = sum(1 for c in text if "\u3400" <= c <= "\u9fff")
-    return len(text) + 2 * han
+    return len(text) + (MAX_SPOKEN_PER_CHAR - 1) * han
+
+
+def s_per_char(options: GuardOptions, profile: Any) -> float:
+    """Seconds of audio per unit of ``spoken_length``: the option, else the profile's."""
+    if options.runaway_s_per_char is not None:
+        return options.runaway_s_per_char
+    return float(getattr(profile, "runaway_s_per_char", 0.0))
+
+
+def chunk_bound_s(options: GuardOptions, profile: Any, text: str) -> float | None:
+    """The most audio a chunk of ``text`` may have on the default budget (None: unbounded):
+    ``runaway_base_s`` plus the seconds per character times ``spoken_length``. The runaway
+    guard cuts there, the engine's own ``max_tokens`` is set just past it (the guard, not
+    the engine, ends a runaway: with a fade, counted) and a request's text is sized to fit
+    it in the model's context."""
+    per_char = s_per_char(options, profile)
+    return options.runaway_base_s + per_char * spoken_length(text) if per_char > 0 else None
 
 
 def retry_seed(seed: int) -> int:
@@ -128,61 +155,103 @@ def retry_seed(seed: int) -> int:
     return (seed * 1000003 + 0x9E3779B) & 0x7FFFFFFF
 
 
+# -- the checks ----------------------------------------------------------------------------
 class LoopDetector:
-    """Finds a run of steps repeated ``repeats`` times in a row, as each step arrives: per
-    period ``p`` it keeps how many steps in a row equal the one ``p`` before (O(max period)
-    numpy work per step)."""
+    """Finds a run of steps repeated ``repeats`` times in a row, as each step arrives, on
+    plain ints: per period ``p`` it keeps how many steps in a row equal the one ``p`` before,
+    for the periods where the newest step recurs (mostly none: O(1) per step; a held
+    sound, O(max period))."""
 
     def __init__(self, repeats: int, min_period: int, max_period: int) -> None:
         self._repeats = repeats
-        self._min = max(1, min_period)
-        self._periods = np.arange(1, max(max_period, self._min) + 1)
-        self._need = (repeats - 1) * self._periods
-        self._ring = np.zeros(len(self._periods) + 1, dtype=np.int64)
-        self._runs = np.zeros(len(self._periods), dtype=np.int64)
+        self._min = max(2, min_period)
+        self._max = max(max_period, self._min)
+        self._ring: list[object] = [None] * (self._max + 1)
+        self._seen: dict[int, list[int]] = {}
+        """Key -> its positions within the last ``max_period`` steps, oldest first."""
+        self._runs: dict[int, int] = {}
+        """Period -> steps in a row equal to the one that period before (absent: 0)."""
         self._n = 0
 
     def push(self, key: int) -> int | None:
         """Add the next step's key; return where its loop's second copy starts (the first
         repeated step's index) once a loop is complete, else None."""
-        size, n = len(self._ring), self._n
-        back = self._ring[(n - self._periods) % size]
-        same = (back == key) & (self._periods <= n)
-        self._runs = np.where(same, self._runs + 1, 0)
+        n, size = self._n, self._max + 1
+        if n >= size:  # the step leaving the window: its position is its key's oldest
+            old = self._ring[n % size]
+            where = self._seen[old]
+            del where[0]
+            if not where:
+                del self._seen[old]
         self._ring[n % size] = key
         self._n = n + 1
-        done = np.flatnonzero(self._runs >= self._need)
-        if not done.size:
+        where = self._seen.get(key)
+        if where is None:
+            self._seen[key] = [n]
+            self._runs = {}
             return None
-        period = int(self._periods[done[0]])
+        runs, before = {}, self._runs
+        for i in where:
+            p = n - i
+            runs[p] = before.get(p, 0) + 1
+        where.append(n)
+        self._runs = runs
+        need = self._repeats - 1
+        done = [p for p, run in runs.items() if run >= need * p]
+        if not done:
+            return None
+        period = min(done)
         if period < self._min:  # a held sound repeats at every period: not a loop
             return None
-        return self._n - int(self._runs[done[0]])
+        return self._n - runs[period]
 
 
 class SilenceMeter:
-    """Counts silent samples in a row across pushes of decoded audio."""
+    """Shortens every silent stretch to ``seconds`` as decoded audio is pushed (a stretch
+    goes on across pushes)."""
 
     def __init__(self, seconds: float, dbfs: float, sample_rate: int) -> None:
         self._limit = int(seconds * sample_rate)
         self._level = 10.0 ** (dbfs / 20.0)
         self._run = 0
+        self._cut = False
+        """The current silent stretch has been shortened already."""
 
-    def push(self, pcm: np.ndarray) -> int | None:
-        """Where in ``pcm`` the silent run reaches the limit (the samples before it are the
-        ones to keep), or None."""
+    def trim(self, pcm: np.ndarray) -> tuple[np.ndarray, int]:
+        """``pcm`` without the silence past the limit, and how many silent stretches were
+        first shortened in it."""
+        limit, run, n = self._limit, self._run, len(pcm)
         loud = np.flatnonzero(np.abs(pcm) > self._level)
-        run, limit = self._run, self._limit
         if not loud.size:
-            self._run = run + len(pcm)
-            return limit - run if self._run >= limit else None
-        self._run = len(pcm) - 1 - int(loud[-1])
-        if run + int(loud[0]) >= limit:
-            return limit - run
-        gaps = np.flatnonzero(np.diff(loud) - 1 >= limit)
-        if gaps.size:
-            return int(loud[gaps[0]]) + 1 + limit
-        return int(loud[-1]) + 1 + limit if self._run >= limit else None
+            self._run = run + n
+            keep = min(n, max(0, limit - run))
+            if keep == n:
+                return pcm, 0
+            first_cut, self._cut = not self._cut, True
+            return pcm[:keep], int(first_cut)
+        first, last = int(loud[0]), int(loud[-1])
+        drop: list[tuple[int, int]] = []  # [start, end) spans of silence past the limit
+        cuts = 0
+        if run + first > limit:
+            drop.append((max(0, limit - run), first))
+            cuts += not self._cut
+        if last - first > limit:  # a long stretch between two sounds
+            for g in np.flatnonzero(np.diff(loud) > limit + 1).tolist():
+                drop.append((int(loud[g]) + 1 + limit, int(loud[g + 1])))
+                cuts += 1
+        tail = n - 1 - last
+        self._run, self._cut = tail, tail > limit
+        if tail > limit:
+            drop.append((last + 1 + limit, n))
+            cuts += 1
+        if not drop:
+            return pcm, 0
+        pieces, at = [], 0
+        for start, end in drop:
+            pieces.append(pcm[at:start])
+            at = end
+        pieces.append(pcm[at:])
+        return np.concatenate(pieces), cuts
 
 
 def fade_out(pcm: np.ndarray, samples: int) -> np.ndarray:
@@ -196,7 +265,10 @@ def fade_out(pcm: np.ndarray, samples: int) -> np.ndarray:
 
 
 def step_key(step: object) -> int:
-    """A step as one int: a BiCodec semantic token is one, a SNAC frame is its 7 codes."""
+    """A step as one int: a BiCodec semantic token is one, a SNAC frame is its codes'
+    bytes' hash (every code counts: two frames alike in one code are different sounds)."""
+    if type(step) is int:
+        return step
     if isinstance(step, np.ndarray):
         return hash(step.tobytes())
     return int(step)  # type: ignore[call-overload]
@@ -205,18 +277,16 @@ def step_key(step: object) -> int:
 class RunGuards:
     """The guards of one request's run, sized for its text and codec."""
 
-    def __init__(self, options: GuardOptions, text: str, steps_per_s: float,
-                 sample_rate: int, s_per_char: float, unheard_steps: int = 0) -> None:
+    def __init__(self, options: GuardOptions, steps_per_s: float, sample_rate: int,
+                 bound_s: float | None, unheard_steps: int = 0) -> None:
+        """``bound_s``: the chunk's bound (``chunk_bound_s``; None: none)."""
         self.options = options
         self._loop = (LoopDetector(options.loop_repeats,
                                    math.ceil(options.loop_min_s * steps_per_s),
                                    math.ceil(options.loop_max_s * steps_per_s))
                       if options.loop_repeats else None)
-        per_char = (options.runaway_s_per_char if options.runaway_s_per_char is not None
-                    else s_per_char)
-        self.max_steps = (unheard_steps + math.ceil(
-            (options.runaway_base_s + per_char * spoken_length(text)) * steps_per_s)
-            if per_char > 0 else None)
+        self.max_steps = (unheard_steps + math.ceil(bound_s * steps_per_s)
+                          if bound_s is not None else None)
         """Steps past which the run is a runaway (None: no bound)."""
         self._silence = (SilenceMeter(options.silence_s, options.silence_dbfs, sample_rate)
                          if options.silence_s > 0 else None)
@@ -225,12 +295,11 @@ class RunGuards:
     @classmethod
     def for_run(cls, options: GuardOptions, text: str, codec: Any, family: Any,
                 default_budget: bool) -> "RunGuards":
-        """A run's guards: the runaway bound narrows the default budget only (a
-        ``max_tokens`` the caller gives is theirs, a benchmark's fixed length, as with the
-        model card's cap)."""
-        per_char = getattr(family.profile, "runaway_s_per_char", 0.0) if default_budget else 0.0
-        return cls(options, text, codec.sample_rate / codec.samples_per_step,
-                   codec.sample_rate, per_char, family.trim_start_steps)
+        """A run's guards: the chunk's bound on the default budget only (a ``max_tokens``
+        the caller gives is theirs, whatever the options say)."""
+        bound = chunk_bound_s(options, family.profile, text) if default_budget else None
+        return cls(options, codec.sample_rate / codec.samples_per_step, codec.sample_rate,
+                   bound, family.trim_start_steps)
 
     def empty(self, tokens_without_audio: int) -> bool:
         """No step yet after this many tokens."""
@@ -240,18 +309,19 @@ class RunGuards:
     def steps(self, steps: Sequence[object], new: int) -> tuple[str, int] | None:
         """The ``new`` steps at the end of ``steps`` arrived: (guard, steps to keep) where a
         loop or a runaway is found, else None."""
-        start = len(steps) - new
-        if self._loop is not None:
-            for i in range(start, len(steps)):
-                at = self._loop.push(step_key(steps[i]))
+        loop = self._loop
+        if loop is not None:
+            for i in range(len(steps) - new, len(steps)):
+                at = loop.push(step_key(steps[i]))
                 if at is not None:
                     return "loop", at
         if self.max_steps is not None and len(steps) > self.max_steps:
             return "runaway", self.max_steps
         return None
 
-    def silence_end(self, pcm: np.ndarray) -> int | None:
-        """Where in ``pcm`` a silence long enough to cut at ends, or None."""
+    def trim_silence(self, pcm: np.ndarray) -> tuple[np.ndarray, int]:
+        """``pcm`` with silence past ``silence_s`` dropped, and how many silent stretches
+        were first shortened in it (each a firing)."""
         if self._silence is None or not len(pcm):
-            return None
-        return self._silence.push(pcm)
+            return pcm, 0
+        return self._silence.trim(pcm)

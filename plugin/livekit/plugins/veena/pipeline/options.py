@@ -38,9 +38,6 @@ class PipelineOptions:
     graphs are what a GPU's many streams were measured with."""
     torch_threads: int = 0
     """0 leaves torch's own default."""
-    max_audio_s_per_char: float = 0.2
-    """Token budget: at most this much audio per input character (plus 2 s), which stops
-    runaway generation on long or repetitive text."""
     freeze_gc_heap: bool = True
     """Once started, freeze the start-up heap so full garbage collections stop pausing the
     event loop (``gc_heap``)."""

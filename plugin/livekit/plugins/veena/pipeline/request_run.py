@@ -121,8 +121,7 @@ class RequestRun:
                                              name=f"veena-produce-{self.request_id}")
         try:
             await self._finished
-            if self.guard_cut != "silence":  # (cut there, its producer is not waited for)
-                await self._producer  # re-raise an engine failure
+            await self._producer  # re-raise an engine failure
             tail = self.stitcher.finish()
             if not self._done_sent:
                 sink(tail, True)
@@ -154,11 +153,12 @@ class RequestRun:
                 if self._unheard:
                     cut = min(self._unheard, len(pcm))
                     pcm, self._unheard = pcm[cut:], self._unheard - cut
-                if last and self.guard_cut in ("loop", "runaway"):
+                pcm, shortened = self.guards.trim_silence(pcm)
+                for _ in range(shortened):  # the chunk goes on: it ends where the model stops
+                    self._syn.guard_log.fire("silence", self.request_id,
+                                             s=self.guards.options.silence_s)
+                if last and self.guard_cut is not None:
                     pcm = fade_out(pcm, self.guards.fade_samples)
-                elif not last and (end := self.guards.silence_end(pcm)) is not None:
-                    pcm, last = pcm[:end], True
-                    self._cut_at_silence()
                 self._done_sent = last
                 self._sink(pcm, last)
         except Exception as e:  # the run ends with it, where the listener has reached
@@ -191,16 +191,6 @@ class RequestRun:
             dropped += fut.cancel()
         self._submitted.clear()
         return dropped
-
-    def _cut_at_silence(self) -> None:
-        """The silence guard fired on decoded audio: nothing after it is heard, generated
-        or decoded."""
-        self.guard_cut = "silence"
-        self._syn.guard_log.fire("silence", self.request_id, s=self.guards.options.silence_s)
-        self._ended = self._no_more_windows = True
-        self._cancel_recheck()
-        self._drop_windows()
-        self.pending_windows = 0
 
     def _cut_steps(self, guard: str, keep: int, new: int) -> int:
         """A loop or a runaway found in the ``new`` steps just parsed: keep ``keep`` steps,
@@ -273,7 +263,7 @@ class RequestRun:
             self._hand_over()
 
     def _submit(self, windows: list[Window]) -> None:
-        if self._ended:  # (cut by the silence guard: nothing more is decoded)
+        if self._ended:
             return
         timings = self._syn.timings
         for w in windows:
@@ -325,7 +315,8 @@ class RequestRun:
                                       "speaker tokens")
             prompt = p.family.prompt(p.engine.tokenizer, self._text, syn.voice,
                                      syn.speaker_globals, **speakers)
-            main = p.sampling.main(syn.sampling, self._text, len(prompt), p.table)
+            main = p.sampling.main(syn.sampling, self._text, len(prompt), p.table,
+                                   self.guards.max_steps)
             await self._generate(prompt, main, self.request_id, main=True)
             if not self.track.steps and self.guards.options.empty_tokens:
                 await self._retry_empty(prompt, main)
@@ -376,8 +367,6 @@ class RequestRun:
                 if capturing and track.speaker_globals is not None:
                     capturing = False
                     syn.captured(track.speaker_globals)
-                if self.guard_cut is not None:  # cut at a silence: nothing more is wanted
-                    break
                 if new:
                     watch_empty = False
                     cut = guards.steps(track.steps, new) if main else None
