@@ -1,5 +1,6 @@
-"""The benchmarks run (small sizes) and their JSON says what docs/benchmarks.md claims. Their results
-go to a temporary folder: the committed bench/results/*.json (the README's figures) stay."""
+"""The benchmarks run (small sizes) and their JSON says what bench/README.md and
+docs/benchmarks.md claim. Their results go to a temporary folder: the committed
+bench/results/*.json (the README's figures) stay."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""Claims of docs/server.md and docs/plugin.md about the server and the plugin's transport that
+"""Claims of the server pages (docs/http-api.md, websocket.md, operations.md) and
+docs/plugin.md about the server and the plugin's transport that
 no other test exercised, each on the fake engine (no vLLM): a flushed live context speaks before its end, the plugin's
 FLUSH and its cancel reach the server, the error codes end to end, VEENA_MAX_CONNECTIONS,
 X-Sample-Rate and the streamed WAV header, HTTP ``seed`` reproducibility, the output buffer's

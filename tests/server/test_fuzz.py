@@ -314,7 +314,7 @@ async def test_unknown_paths_and_methods_are_json_errors(fake):
 async def test_oversized_websocket_messages(fake):
     """Past ``max_message_bytes``: a ``message_too_large`` error, and the socket goes on.
     Past ``max_frame_bytes`` (4 MiB here), the socket is closed with 1009: answering it
-    would mean buffering it whole (docs/server.md)."""
+    would mean buffering it whole (docs/websocket.md)."""
     ws = await RawWebSocket.connect(fake.port, {"Authorization": f"Bearer {API_KEY}"})
     opts = fake.state.options
     big = json.dumps({"type": "speak", "context_id": "big", "text": "x" * opts.max_message_bytes})
