@@ -13,9 +13,9 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; th
   exit 1
 fi
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  EXTRAS="cuda,agent,test,docs"
+  EXTRAS="cuda,agent,neutts,test,docs"
 else
-  EXTRAS="cpu,agent,test,docs"
+  EXTRAS="cpu,agent,neutts,test,docs"
 fi
 STAMP="$VENV/.veena-stamp"
 WANT="$(cat pyproject.toml scripts/bootstrap.sh scripts/bytecode.sh | sha256sum | cut -d' ' -f1)-$EXTRAS"

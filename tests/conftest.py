@@ -151,6 +151,12 @@ async def maya1_pipeline(tiny_maya1_dir):
 
 
 @pytest.fixture(scope="session")
+def tiny_neutts_dir(tmp_path_factory) -> str:
+    """NeuTTS's layout: its prompt tokens, 65,536 speech tokens in order, a tiny NeuCodec."""
+    return str(make_tiny_model(tmp_path_factory.mktemp("tiny-neutts"), "neutts", seed=0))
+
+
+@pytest.fixture(scope="session")
 async def server_url(pipeline):
     # room for the 32-stream test: every stream is admitted and vLLM queues past its
     # max_num_seqs, so no stream's fate depends on how fast this machine is

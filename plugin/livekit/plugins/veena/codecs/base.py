@@ -37,10 +37,16 @@ class CodecInput:
     stream: StreamPart | None = None
     """A streaming codec's part of its request's stream: the codec decodes only the steps
     it has not seen and keeps its state there."""
+    context_steps: int = 0
+    """The first ``context_steps`` of ``codes`` come before the utterance (NeuCodec: the
+    reference clip's last codes, the first windows' left context): decoded, but the window's
+    audio starts after them, at ``start_step``."""
 
     def batch_key(self) -> Hashable:
         if self.stream is not None:  # a hint: the codec regroups by the streams' real state
             return ("stream", self.work_steps, self.stream.flush, self.start_step == 0)
+        if self.context_steps:
+            return (*self.codes.shape, self.context_steps)
         return self.codes.shape
 
     @property

@@ -44,7 +44,7 @@ def _train_bpe(vocab_size: int):
     return tok
 
 
-def _build_tokenizer(named_ids: dict[int, str], vocab_size: int, special: list[str],
+def build_tokenizer(named_ids: dict[int, str], vocab_size: int, special: list[str],
                      added: list[str] = ()):
     """A byte-level BPE whose vocabulary is padded so that ``named_ids`` sit at their ids;
     ``special`` become special tokens, ``added`` whole (never split) but not special."""
@@ -66,7 +66,7 @@ def _build_tokenizer(named_ids: dict[int, str], vocab_size: int, special: list[s
     return tok
 
 
-def _save_tokenizer(tok, out: Path, bos: str, eos: str) -> None:
+def save_tokenizer(tok, out: Path, bos: str, eos: str) -> None:
     from transformers import PreTrainedTokenizerFast
 
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos)
@@ -188,7 +188,7 @@ def write_snac_tokenizer(profile: SnacProfile, out: Path) -> None:
     named = _snac_named_ids(profile, vocab_size)
     special = sorted({named[i] for i in (*profile.prefix_ids, *profile.suffix_ids,
                                          *profile.stop_token_ids, *_LLAMA3_NAMES)})
-    tok = _build_tokenizer(named, vocab_size, special, added=_tag_tokens(profile))
+    tok = build_tokenizer(named, vocab_size, special, added=_tag_tokens(profile))
     # as Llama-3's tokenizer.json does: encode(..., add_special_tokens=True) prepends BOS
     from tokenizers import processors
 
@@ -196,7 +196,7 @@ def write_snac_tokenizer(profile: SnacProfile, out: Path) -> None:
         single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
         special_tokens=[("<|begin_of_text|>", 128000)])
     eos = _LLAMA3_NAMES[_llama3_tokenizer(profile).eos]
-    _save_tokenizer(tok, out, bos="<|begin_of_text|>", eos=eos)
+    save_tokenizer(tok, out, bos="<|begin_of_text|>", eos=eos)
 
 
 def _make_snac_model(profile: SnacProfile, out: Path, seed: int) -> None:
@@ -282,8 +282,8 @@ def _make_bicodec_model(profile: BiCodecProfile, out: Path, seed: int) -> None:
     vocab_size = first + len(names) + (-(first + len(names)) % 64)
     llm_dir = out / profile.llm_folder if profile.llm_folder else out
     llm_dir.mkdir(parents=True, exist_ok=True)
-    tok = _build_tokenizer(named, vocab_size, control, added=audio)
-    _save_tokenizer(tok, llm_dir, bos="<|endoftext|>", eos="<|im_end|>")
+    tok = build_tokenizer(named, vocab_size, control, added=audio)
+    save_tokenizer(tok, llm_dir, bos="<|endoftext|>", eos="<|im_end|>")
     ids = {n: i for i, n in named.items()}
     _llama(vocab_size, llm_dir, ids["<|endoftext|>"], ids["<|im_end|>"],
            _tilt_bicodec(_bicodec_grammar(profile, ids)), seed)
@@ -308,6 +308,10 @@ def make_tiny_model(out_dir: str | Path, profile: str | ModelProfile = "veena", 
     out.mkdir(parents=True, exist_ok=True)
     logger.info("building tiny random %s model", prof.name, extra={"dir": str(out)})
     builders = {"snac": (_make_snac_model, "snac"), "bicodec": (_make_bicodec_model, "BiCodec")}
+    if prof.codec == "neucodec":
+        from .tiny_neucodec import make_neucodec_model
+
+        builders["neucodec"] = (make_neucodec_model, prof.codec_model)
     if prof.codec not in builders:
         raise ValueError(f"no tiny model builder for codec {prof.codec!r}")
     build, codec_dir = builders[prof.codec]

@@ -73,7 +73,11 @@ class ModelFamily:
     codec: ClassVar[str]
     """The profile ``codec`` value this family serves."""
     has_speaker_globals: ClassVar[bool] = False
-    """Whether a request captures speaker tokens that later requests can reuse."""
+    """Whether a voice carries speaker tokens (``speaker_globals``: BiCodec's 32 globals, a
+    NeuTTS reference's codes) that voice files keep and requests reuse."""
+    captures_speaker_globals: ClassVar[bool] = False
+    """Whether a request without them generates its speaker tokens, which later requests of
+    the call then reuse (BiCodec); a family whose voice brings them (NeuTTS) never waits."""
     decode_defaults: ClassVar[DecodeShape] = DecodeShape(
         WindowOptions(first=2, new=8, left=2, right=2), PacingOptions(max_new=32))
     """Its decode windows unless the pipeline's options give others."""
@@ -136,6 +140,14 @@ class ModelFamily:
         """A first request's extra engine request that captures speaker tokens before the
         main one (None: the family has none)."""
         return None
+
+    def voice_prompt_tokens(self, tokenizer: Any, voice: str,
+                            speaker_globals: tuple[int, ...] | None) -> int:
+        """Prompt tokens a voice takes beyond the text's: a reference clip's transcript and
+        codes (NeuTTS) share the model's context with the text and its speech, so they set
+        how much text one request may carry; the other families' voices fit the fixed
+        allowance (0)."""
+        return 0
 
     def round_budget(self, tokens: int) -> int:
         """A token budget rounded to what the codec can use (e.g. whole frames)."""

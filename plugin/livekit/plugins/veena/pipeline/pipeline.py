@@ -254,7 +254,8 @@ class Pipeline:
             seed = sampling.seed if sampling.seed is not None else draw_seed()
         sampling = replace(sampling, seed=seed).validate()
         text = " ".join(text.split())
-        limit = self.sampling.max_chars_per_request()
+        limit = self.sampling.max_chars_per_request(
+            self.family.voice_prompt_tokens(self.engine.tokenizer, voice, globals_))
         pieces = [text] if len(text) <= limit else chunk_text(
             text, ChunkerOptions(first_min_chars=min(12, limit), first_max_chars=limit,
                                  min_chars=min(40, limit), max_chars=limit))

@@ -349,7 +349,7 @@ class RequestRun:
         self.awaiting_tokens = True
         track, stats = self.track, self.track.stats
         planner, alarm, woke = self.planner, self._p.alarm, False
-        capturing = syn.speaker_globals is None and self._p.family.has_speaker_globals
+        capturing = syn.speaker_globals is None and self._p.family.captures_speaker_globals
         lora = {} if syn.adapter is None else {"adapter": syn.adapter}
         guards, watch_empty = self.guards, main and not track.steps
         silent_from = stats.tokens - stats.global_tokens

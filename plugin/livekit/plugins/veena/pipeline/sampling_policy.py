@@ -21,14 +21,19 @@ class SamplingPolicy:
         self._profile = profile
         self._family = family
         self._options = options
-        self._max_model_len = max_model_len
+        # a model trained on a shorter context than the engine's (NeuTTS: 2048 tokens, longer
+        # output is cut) is held to its own
+        self._max_model_len = min(max_model_len,
+                                  getattr(profile, "max_context", None) or max_model_len)
 
     def defaults(self) -> SamplingOptions:
         """The model card's sampling with the model's stop rules (the budget is per text)."""
         return self._family.default_sampling()
 
-    def max_chars_per_request(self) -> int:
-        """The longest text whose prompt plus token budget fits the model context."""
+    def max_chars_per_request(self, voice_tokens: int = 0) -> int:
+        """The longest text whose prompt plus token budget fits the model context, beside a
+        voice that takes ``voice_tokens`` of it (``ModelFamily.voice_prompt_tokens``);
+        ValueError where the voice leaves no room for a short sentence."""
         tokens_per_s = self._profile.tokens_per_second
         guards = self._options.guards
         audio_s = s_per_char(guards, self._profile) or self._profile.runaway_s_per_char
@@ -37,7 +42,13 @@ class SamplingPolicy:
         per_char = audio_s * (MAX_SPOKEN_PER_CHAR if han else 1) * tokens_per_s + 1.5
         fixed = (guards.runaway_base_s * tokens_per_s + 2 * self._family.tokens_per_step()
                  + self._allowance() + 96)
-        return max(16, int((self._max_model_len - fixed) / per_char))
+        chars = int((self._max_model_len - fixed - voice_tokens) / per_char)
+        if voice_tokens and chars < 16:
+            raise ValueError(f"the voice's reference takes {voice_tokens} of the model's "
+                             f"{self._max_model_len} context tokens: too little is left for "
+                             "the text and its speech (use a shorter reference clip or "
+                             "transcript)")
+        return max(16, chars)
 
     def _allowance(self) -> int:
         """Tokens a request may write beyond its steps: the empty guard's before the first

@@ -72,7 +72,7 @@ class Synthesis:
         self.globals_captured = asyncio.Event()
         """Set as soon as ``speaker_globals`` is known (at once where there is nothing to
         capture: a family without speaker tokens, or a continuation)."""
-        if speaker_globals is not None or not pipeline.family.has_speaker_globals:
+        if speaker_globals is not None or not pipeline.family.captures_speaker_globals:
             self.globals_captured.set()
         self.timings = Timings()
         self.vllm_request_ids: list[str] = []

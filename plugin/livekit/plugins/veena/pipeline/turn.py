@@ -217,7 +217,7 @@ class Turn:
                 self._spoken_lengths[index] = self._p.spoken_lengths(
                     spoken_text(written).split(), self._opts.pronunciations)
             if (index != self._first_index and self.speaker_globals is None
-                    and self._p.family.has_speaker_globals):
+                    and self._p.family.captures_speaker_globals):
                 await self._await_first_globals()
             sampling = self._opts.sampling
             if index != self._first_index and any(not t.done() for t in self._tasks[:index]):

@@ -93,7 +93,8 @@ class CallVoice:
         self.profile = profile
         self.scope = scope
         self.voice = voice
-        self._keeps_seed = scope == "call" and not family_for(profile).has_speaker_globals
+        self._keeps_seed = (scope == "call"
+                            and not family_for(profile).captures_speaker_globals)
         self._globals: tuple[int, ...] | None = None
         self._seed: int | None = None
         self.epoch = 0

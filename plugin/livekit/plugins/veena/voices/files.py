@@ -180,7 +180,7 @@ def voices_in(folder: str | Path, profile: Any) -> dict[str, VoiceFile]:
 async def capture_voice(pipeline: Any, text: str, voice: str, *, seed: int | None = None,
                         model: str | None = None) -> VoiceFile:
     """Speak ``text`` once with ``voice`` and keep the speaker globals it captured."""
-    if not pipeline.family.has_speaker_globals:
+    if not pipeline.family.captures_speaker_globals:
         raise VoiceFileError(f"model profile {pipeline.profile.name} has no speaker tokens to "
                              "capture (its voice is the speaker prompt alone)")
     # a budget of its own: enough for the speaker tokens and the first speech after them (the

@@ -1,6 +1,6 @@
 """The built-in model families, registered with the pipeline's family seam
-(``pipeline.family``) as this package is imported: SNAC (Orpheus, Veena, Maya1) and BiCodec
-(Spark-TTS, Veena3)."""
+(``pipeline.family``) as this package is imported: SNAC (Orpheus, Veena, Maya1), BiCodec
+(Spark-TTS, Veena3) and NeuCodec (NeuTTS Air, Llasa)."""
 
 from ...pipeline.family import (
     DecodeShape,
@@ -10,7 +10,8 @@ from ...pipeline.family import (
     register_family,
 )
 from .bicodec import BiCodecFamily
+from .neucodec import NeuCodecFamily
 from .snac import SnacFamily
 
 __all__ = ["BiCodecFamily", "DecodeShape", "InvalidGlobalsError", "ModelFamily",
-           "SnacFamily", "family_for", "register_family"]
+           "NeuCodecFamily", "SnacFamily", "family_for", "register_family"]

@@ -60,6 +60,7 @@ class BiCodecTrack:
 class BiCodecFamily(ModelFamily):
     codec = "bicodec"
     has_speaker_globals = True
+    captures_speaker_globals = True
     decode_defaults = DecodeShape(WindowOptions(first=10, new=50, left=40, right=20),
                                   PacingOptions(max_new=160))
     decode_env = "VEENA_BICODEC_WINDOW"

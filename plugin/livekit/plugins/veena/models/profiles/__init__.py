@@ -5,7 +5,7 @@ The pipeline never hard-codes a token id; it asks the profile. Users override an
 ``register_profile``. A profile's ``codec`` field picks its model family (``families``).
 
 This package is the registry; what every profile shares is in ``base``, each family's profile
-class and its published models in ``snac`` and ``bicodec``.
+class and its published models in ``snac``, ``bicodec`` and ``neucodec``.
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from .base import (
     read_manifest,
 )
 from .bicodec import SPARK, SPARK_GENDERS, SPARK_LEVELS, VEENA3, BiCodecProfile, spark_voice
+from .neucodec import LLASA, NEUTTS, NeuCodecProfile
 from .snac import MAYA1, MAYA1_PRESETS, MAYA1_TAGS, ORPHEUS, ORPHEUS_TAGS, VEENA, SnacProfile
 
 __all__ = [
-    "CLONED_VOICE", "MANIFEST", "MAX_DESCRIPTION_CHARS", "MAYA1", "MAYA1_PRESETS", "MAYA1_TAGS",
+    "CLONED_VOICE", "LLASA", "MANIFEST", "MAX_DESCRIPTION_CHARS", "MAYA1", "MAYA1_PRESETS",
+    "MAYA1_TAGS", "NEUTTS", "NeuCodecProfile",
     "ORPHEUS", "ORPHEUS_TAGS", "PROFILES", "SPARK", "SPARK_GENDERS", "SPARK_LEVELS", "VEENA",
     "VEENA3", "BiCodecProfile", "CodecKind", "ModelProfile", "SnacProfile",
     "TokenizerLike", "VoiceChecks", "as_profile", "check_cloned_voice", "check_description",
@@ -39,10 +41,10 @@ __all__ = [
 ]
 
 
-ModelProfile = SnacProfile | BiCodecProfile
+ModelProfile = SnacProfile | BiCodecProfile | NeuCodecProfile
 
 PROFILES: dict[str, ModelProfile] = {
-    p.name: p for p in (VEENA, ORPHEUS, MAYA1, VEENA3, SPARK)
+    p.name: p for p in (VEENA, ORPHEUS, MAYA1, VEENA3, SPARK, NEUTTS, LLASA)
 }
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol, Sequence
 from ...pipeline.family import CLONED_VOICE, check_cloned_voice  # noqa: F401  (re-exported)
 from ...validation import check_str
 
-CodecKind = Literal["snac", "bicodec"]
+CodecKind = Literal["snac", "bicodec", "neucodec"]
 
 MANIFEST = "veena_tts.json"
 """A file beside a model's weights naming its profile and codec folder."""
