@@ -265,6 +265,12 @@ def test_every_keyword_given_to_veena_tts_is_a_parameter():
         wrong += [f"{page}: TTS({k}=)" for k in _calls(text, "veena.TTS") if k not in init]
         wrong += [f"{page}: update_options({k}=)" for k in _calls(text, "update_options")
                   if k not in update]
+    from livekit.agents import tts
+
+    fallback = set(inspect.signature(tts.FallbackAdapter.__init__).parameters)
+    for page, text in _pages().items():  # the fallback recipe, against livekit-agents' own
+        wrong += [f"{page}: FallbackAdapter({k}=)" for k in _calls(text, "tts.FallbackAdapter")
+                  if k not in fallback]
     assert {"model", "base_url", "voice"} <= given
     assert not wrong, sorted(set(wrong))
 
