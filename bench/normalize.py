@@ -22,6 +22,7 @@ CHUNKS = {
         "plain": "Thank you for calling, how may I help you today with your order?",
         "numbers": "Your order of ₹1,50,000 ships on 15/08/2026 at 3:30 PM.",
         "hindi": "आपका ऑर्डर ₹2,500 का है और 15/08/2026 को 3:30 बजे पहुँचेगा।",
+        "issue #53": "₹12,35,000 was paid on 05/09/2026.",
         "200 chars": ("Your refund of Rs. 12,500 for order 4417 was approved on 03/11/2026; "
                       "it reaches your account in 5 to 7 days, and the remaining ₹2.5 lakh "
                       "follows by 20/11/2026 at 10:30 AM. Call 1800 22 3344."),
@@ -33,6 +34,7 @@ CHUNKS = {
     ("spark", ("zh", "en"), "zh-CN"): {
         "plain": "您好，很高兴为您服务，请问有什么可以帮您？",
         "numbers": "您的订单共计35.5元，将于2026年12月6日送达。",
+        "phone": "我的电话是13812345678，共¥1,234.5元。",
     },
 }
 

@@ -38,15 +38,17 @@ def test_english_cardinals_in_both_systems(n, indian, words):
 
 
 @pytest.mark.parametrize("text, locale, want", [
-    ("12/08/2026", "en-IN", "12 August 2026"),
-    ("12/08/2026", "en-US", "December 8 2026"),  # month first
-    ("31-12-26", "en-GB", "31 December 2026"),
+    ("12/08/2026", "en-IN", "the twelfth of august twenty twenty six"),
+    ("12/08/2026", "en-US", "december eighth twenty twenty six"),  # month first
+    ("31-12-26", "en-GB", "the thirty first of december twenty twenty six"),
     ("13/13/2026", "en-IN", "13/13/2026"),  # no such date: left as written
     ("31/02/2026", "en-IN", "31/02/2026"),  # nor this one
     ("version 1.2.3", "en-IN", "version 1.2.3"),
-    ("paid on 05/09/2026.", "en-IN", "paid on 5 September 2026."),  # a full stop after it
-    ("2024-03-15", "en-IN", "15 March 2024"),  # year first: the same everywhere
-    ("2024-03-15", "en-US", "March 15 2024"),
+    ("paid on 05/09/2026.", "en-IN", "paid on the fifth of september twenty twenty six."),
+    ("2024-03-15", "en-IN", "the fifteenth of march twenty twenty four"),  # year first
+    ("2024-03-15", "en-US", "march fifteenth twenty twenty four"),
+    ("1/1/2005", "en-US", "january first two thousand five"),
+    ("07/01/1905", "en-IN", "the seventh of january nineteen oh five"),
     ("3.11.12", "en-IN", "3.11.12"),  # dots and a two-digit year: a version
 ])
 def test_numeric_dates_follow_the_locales_order(text, locale, want):

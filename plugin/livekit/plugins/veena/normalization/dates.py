@@ -9,7 +9,10 @@ import datetime
 import re
 from typing import Callable
 
-DATE = re.compile(r"(?<![A-Za-z\d/.-])(\d{1,2})([/.-])(\d{1,2})\2(\d{4}|\d{2})(?![A-Za-z\d/]|[.-]\d)")
+from .numbers import english_ordinal, english_year
+
+DATE = re.compile(r"(?<![A-Za-z\d/.-])(\d{1,2})([/.-])(\d{1,2})\2(\d{4}|\d{2})"
+                  r"(?![A-Za-z\d/]|[.-]\d)")
 """Day, month and year in the locale's order (a two-digit year never after dots: ``3.11.12``
 is a version). A full stop after it ends the sentence."""
 YMD = re.compile(r"(?<![A-Za-z\d/.-])(\d{4})([/.-])(\d{1,2})\2(\d{1,2})(?![A-Za-z\d/]|[.-]\d)")
@@ -57,10 +60,10 @@ def impossible_dates(text: str, locale: str) -> list[tuple[int, int]]:
 
 def spell_dates(text: str, language: str, locale: str,
                 cardinal: Callable[[int], str] | None = None) -> str:
-    """Numeric dates with the month named, as ``language`` (en, hi, zh) says them in the
-    locale's order, which every grammar then reads unambiguously; a Hindi year is read as
-    people say years (``cardinal`` reads the numbers: 1970 -> उन्नीस सौ सत्तर). An impossible
-    date is left as written."""
+    """Numeric dates as ``language`` says them in the locale's order: English in words (no
+    grammar needed after it), Hindi with ``cardinal`` reading the numbers and the year as
+    people say years (1970 -> उन्नीस सौ सत्तर), Chinese as 2026年5月9日 for its grammar. An
+    impossible date is left as written."""
     if not any(c.isdigit() for c in text):
         return text
 
@@ -76,9 +79,10 @@ def spell_dates(text: str, language: str, locale: str,
             if cardinal is None:
                 return m.group(0)
             return f"{cardinal(day)} {names[month - 1]} {hindi_year(year, cardinal)}"
+        month_name = names[month - 1].lower()  # (as the English grammar writes months)
         if day_first(locale):
-            return f"{day} {names[month - 1]} {year}"
-        return f"{names[month - 1]} {day} {year}"
+            return f"the {english_ordinal(day)} of {month_name} {english_year(year)}"
+        return f"{month_name} {english_ordinal(day)} {english_year(year)}"
 
     return YMD.sub(spell, DATE.sub(spell, text))
 

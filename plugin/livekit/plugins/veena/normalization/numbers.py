@@ -69,6 +69,33 @@ def english_cardinal(n: int, indian: bool = False) -> str:
     return " ".join(parts)
 
 
+_ORDINAL_ENDINGS = {"one": "first", "two": "second", "three": "third", "five": "fifth",
+                    "eight": "eighth", "nine": "ninth", "twelve": "twelfth"}
+
+
+def english_ordinal(n: int) -> str:
+    """``n`` (>= 1) as an English ordinal: 1 -> first, 22 -> twenty second, 30 -> thirtieth."""
+    *head, last = english_cardinal(n).split(" ")
+    if last in _ORDINAL_ENDINGS:
+        last = _ORDINAL_ENDINGS[last]
+    elif last.endswith("y"):
+        last = last[:-1] + "ieth"
+    else:
+        last += "th"
+    return " ".join([*head, last])
+
+
+def english_year(year: int) -> str:
+    """A year as English speakers say it: 1943 -> nineteen forty three, 1905 -> nineteen oh
+    five, 1900 -> nineteen hundred, 2005 -> two thousand five, 2026 -> twenty twenty six."""
+    century, rest = divmod(year, 100)
+    if not 1000 <= year <= 9999 or (century % 10 == 0 and rest < 10):
+        return english_cardinal(year)
+    if rest == 0:
+        return f"{english_cardinal(century)} hundred"
+    return f"{english_cardinal(century)} {'oh ' if rest < 10 else ''}{english_cardinal(rest)}"
+
+
 MAX_DIGITS = 24
 """Longer numbers are not amounts (an id, a pasted blob): left for the grammar's digit by digit
 reading, and never expanded here."""

@@ -13,7 +13,8 @@ from .numbers import DIGIT_WORDS, chinese_number
 
 Cardinal = Callable[[int], str]
 
-VERSION = re.compile(r"(?<![A-Za-z\d.,/-])(?:([vV])(\d{1,4}(?:\.\d{1,4})+)|(\d{1,4}(?:\.\d{1,4}){2,}))"
+VERSION = re.compile(r"(?<![A-Za-z\d.,/-])"
+                     r"(?:([vV])(\d{1,4}(?:\.\d{1,4})+)|(\d{1,4}(?:\.\d{1,4}){2,}))"
                      r"(?![A-Za-z\d/-]|\.\d)")
 """``v2.4``, ``v2.4.26``, ``3.11.12``: three or more dotted parts (a numeric date with dots
 has a four-digit year and is read as a date first), or two after a ``v``."""
