@@ -133,3 +133,28 @@ def decode_windows(codec, codes, windows, seed: int, crossfade: int, speaker=Non
         out.append(stitcher.push(w, audio))
     out.append(stitcher.finish())
     return np.concatenate(out)
+
+
+def app_routes() -> set[tuple[str, str]]:
+    """(method, path) of every route ``create_app`` serves, built over a stand-in pipeline
+    that has only what route assembly touches (no engine, no codec)."""
+    from livekit.plugins.veena.server.app import ServerOptions, create_app
+
+    class _Routes:
+        class engine:
+            seq_slots = 8
+
+            @staticmethod
+            def add_dead_listener(_):
+                pass
+
+        class scheduler:
+            @staticmethod
+            def add_batch_listener(_):
+                pass
+
+        profile = None
+        ready = False
+
+    app = create_app(_Routes, ServerOptions(), own_pipeline=False)
+    return {(r.method, r.resource.canonical) for r in app.router.routes() if r.method != "HEAD"}

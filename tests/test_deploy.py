@@ -14,6 +14,8 @@ import yaml
 from livekit.plugins.veena import cli
 from livekit.plugins.veena.server.metrics import ServerMetrics
 
+from .helpers import app_routes
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 EXTERNAL_VARS = {"HF_HOME", "HF_ENDPOINT"}  # the Hugging Face hub's, not ours
@@ -95,26 +97,7 @@ def test_commands_ports_and_routes_exist():
     assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     assert k8s["Service"]["spec"]["ports"][0]["port"] == port
-    from livekit.plugins.veena.server.app import ServerOptions, create_app
-
-    class _Stub:  # routes only: no engine is built
-        class engine:
-            seq_slots = 8
-
-            @staticmethod
-            def add_dead_listener(_):
-                pass
-
-        class scheduler:
-            @staticmethod
-            def add_batch_listener(_):
-                pass
-
-        profile = None
-        ready = False
-
-    app = create_app(_Stub, ServerOptions(), own_pipeline=False)
-    routes = {r.resource.canonical for r in app.router.routes()}
+    routes = {path for _, path in app_routes()}
     assert {"/ready", "/health", "/metrics", "/v1/stream"} <= routes
     compose = _compose()["services"]
     assert compose["tts"]["ports"] == [f"{port}:{port}"]

@@ -19,6 +19,8 @@ from livekit.plugins import veena
 from livekit.plugins.veena import cli
 from livekit.plugins.veena.server.metrics import ServerMetrics
 
+from .helpers import app_routes
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / ".env.example"]
 CODE_DIRS = ("plugin", "agent")
@@ -75,31 +77,6 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def _flags(parser: argparse.ArgumentParser) -> set[str]:
     return {s for a in parser._actions for s in a.option_strings}
-
-
-def _routes() -> set[tuple[str, str]]:
-    """(method, path) of every route of ``create_app``, built over a stub (no engine)."""
-    from livekit.plugins.veena.server.app import ServerOptions, create_app
-
-    class _Stub:
-        class engine:
-            seq_slots = 8
-
-            @staticmethod
-            def add_dead_listener(_):
-                pass
-
-        class scheduler:
-            @staticmethod
-            def add_batch_listener(_):
-                pass
-
-        profile = None
-        ready = False
-
-    app = create_app(_Stub, ServerOptions(), own_pipeline=False)
-    return {(r.method, r.resource.canonical) for r in app.router.routes()
-            if r.method != "HEAD"}
 
 
 def _metrics() -> set[str]:
@@ -215,7 +192,7 @@ def test_every_veena_tts_command_and_flag_named_exists(monkeypatch):
 
 
 def test_every_route_named_is_served():
-    routes = _routes()
+    routes = app_routes()
     patterns = [(method, re.compile("^" + re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(path))
                                     + "$")) for method, path in routes]
     # the image's own folders (`/models`, `/app`) are paths, not routes
