@@ -18,6 +18,14 @@ splits the server over K processes on one port, as ``veena-tts serve --workers K
 (each its own fake engine; CPU summed over them, loop lags pooled). ``--codec snac`` puts
 the real SNAC decoder (random weights) in place of the GPU-like sleep, on CUDA where there is
 one: the host CPU of its kernel launches is then counted in the server's CPU.
+
+Every guard is on, as in production; a row counts the guards that fired in it
+(``guards_fired``: none, where the fake's ``--frames`` fit the text's bound) and how busy the
+whole machine was meanwhile (``machine_busy``: the share of all cores, others' work
+included). ``--baseline DIR`` compares two trees alternately in one run: each of ``--pairs``
+pairs runs the plan once on the package in ``DIR/plugin`` (e.g. ``git archive REV plugin |
+tar -x -C DIR``) and once on this tree, each in a process of its own, and writes one table
+of both (``control_plane{label}_pairs``).
 """
 
 from __future__ import annotations
@@ -31,14 +39,18 @@ import json
 import multiprocessing as mp
 import socket
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+from _baseline import compare_trees, without
 from _common import RESULTS, Listener, fresh_processes, report, setup
 from _fake_async_llm import FakeAsyncLLM, fake_vllm_engine
 from aiohttp import web
 
 from livekit.plugins.veena.models.profiles import VEENA
+from livekit.plugins.veena.pipeline.guards import guard_counts
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.pipeline.scheduler import SchedulerOptions
 from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions
@@ -47,10 +59,14 @@ from livekit.plugins.veena.server.app import ServerOptions, create_app
 STEP_S = 2048 / 24000
 STEPS_PER_S = 82.0
 """The fake engine's steps per second at real time (one token per step, 7 per frame)."""
-SENTENCES = ("Hello there.", "And this is a second sentence, spoken right after the first one.")
+SENTENCES = ("Hello there and welcome to the help line of our shop.",
+             "And this is a second sentence, spoken right after the first one.")
 """A stream's text: its first ``--chunks`` sentences, each one text chunk (the server's
 chunker splits them so). A second chunk starts while the first generates, so it takes its
-tokens from the engine once per frame (``queued_output_steps``)."""
+tokens from the engine once per frame (``queued_output_steps``). Each is long enough that
+the fake's 60 frames (5.1 s) lie within its runaway bound (1.5 s + 0.1 s a character: 6.8
+and 7.9 s): a stream of "Hello there." was cut by the guard at 2.8 s, and its fixed cost
+then spread over half the audio."""
 CHUNKS = 1
 POOLED = True
 """``--connections pooled``: each listener's socket is open before the measured run and
@@ -215,6 +231,23 @@ async def _disturb(case: str, llm: FakeAsyncLLM) -> None:
             await asyncio.sleep(0.05)
 
 
+def _busy_jiffies() -> tuple[int, int] | None:
+    """(busy, all) CPU time of the whole machine so far (Linux /proc/stat), every process."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # less idle and iowait
+
+
+def _busy_share(before, after) -> float | None:
+    """The share of all cores busy between two ``_busy_jiffies`` readings."""
+    if before is None or after is None or after[1] == before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def _pct(values, q):
     return float(np.percentile(values, q)) if len(values) else None
 
@@ -294,6 +327,7 @@ async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec, pipeline: Pi
     ``batches`` (decoded) and ``graphs`` (``graph_captures``, ...) once the block ends."""
     out: dict = {"lags": []}
     graphs = graph_counts(codec)
+    fired, busy = sum(guard_counts().values()), _busy_jiffies()
     deltas, requests = llm.deltas, llm.requests_started
     stats = pipeline.scheduler.stats
     windows, batches = stats.windows, stats.batches
@@ -310,6 +344,8 @@ async def _measured(case: str, llm: FakeAsyncLLM, codec: CodecSpec, pipeline: Pi
         out["requests"] = llm.requests_started - requests
         out["windows"] = stats.windows - windows
         out["batches"] = stats.batches - batches
+        out["guards_fired"] = sum(guard_counts().values()) - fired
+        out["machine_busy"] = _busy_share(busy, _busy_jiffies())
         monitor.cancel()
         disturb.cancel()
         out["graphs"] = {f"graph_{k}": v - graphs[k] for k, v in graph_counts(codec).items()}
@@ -345,6 +381,8 @@ async def run(n: int, mode: str, case: str, frames: int, stagger_s: float,
     row["batches_per_stream"] = measured["batches"] / n
     row["loop_callbacks_per_stream"] = _per_stream(measured["callbacks"], n)
     row["client_lag_max_ms"] = client_out["lag_max_ms"]
+    row["guards_fired"] = measured["guards_fired"]
+    row["machine_busy"] = measured["machine_busy"]
     row.update(measured["graphs"])
     return row
 
@@ -371,7 +409,8 @@ async def _serve(n: int, mode: str, case: str, frames: int, port: int, conn,
             assert await loop.run_in_executor(None, conn.recv) == "stop"
         conn.send({"cpu": measured["cpu"], "lags": measured["lags"], "deltas": measured["deltas"],
                    "windows": measured["windows"], "batches": measured["batches"],
-                   "requests": measured["requests"],
+                   "requests": measured["requests"], "guards_fired": measured["guards_fired"],
+                   "machine_busy": measured["machine_busy"],
                    "step_cpu": llm.step_cpu_s, "graphs": measured["graphs"]})
     finally:
         await runner.cleanup()
@@ -437,6 +476,8 @@ def run_workers(n: int, mode: str, case: str, frames: int, stagger_s: float, wor
     row["windows_per_stream"] = sum(o["windows"] for o in outs) / n
     row["batches_per_stream"] = sum(o["batches"] for o in outs) / n
     row["loop_callbacks_per_stream"] = None  # not counted in spawned server processes
+    row["guards_fired"] = sum(o["guards_fired"] for o in outs)
+    row["machine_busy"] = outs[0]["machine_busy"]
     for key in outs[0]["graphs"]:
         row[key] = sum(o["graphs"][key] for o in outs)
     return row
@@ -474,6 +515,8 @@ async def run_pipeline_alone(n: int, mode: str, frames: int, stagger_s: float,
     row["batches_per_stream"] = measured["batches"] / n
     row["loop_callbacks_per_stream"] = _per_stream(measured["callbacks"], n)
     row["client_lag_max_ms"] = None  # the listeners are in this process
+    row["guards_fired"] = measured["guards_fired"]
+    row["machine_busy"] = measured["machine_busy"]
     row.update(measured["graphs"])
     return row
 
@@ -508,7 +551,8 @@ def _markdown(rows: list[dict], notes: dict) -> str:
             "ours_ms_per_audio_s", "ours_in_run_ms_per_audio_s", "loop_lag_p99_ms",
             "loop_lag_max_ms", "client_lag_max_ms", "gap_s_mean", "gap_s_max",
             "first_audio_p50_ms", "first_audio_p95_ms", "requests_per_stream",
-            "deltas_per_stream", "windows_per_stream", "batches_per_stream", "loop_callbacks_per_stream"]
+            "deltas_per_stream", "windows_per_stream", "batches_per_stream", "loop_callbacks_per_stream",
+            "guards_fired", "machine_busy"]
 
     def fmt(v) -> str:
         return "" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
@@ -597,6 +641,13 @@ async def amain(args) -> None:
     (RESULTS / f"control_plane{args.label}.md").write_text(_markdown(rows, notes))
 
 
+PAIR_COLUMNS = ("pair", "tree", "case", "mode", "streams", "server_cpu_ms_per_audio_s",
+                "engine_alone_ms_per_audio_s", "ours_ms_per_audio_s",
+                "ours_in_run_ms_per_audio_s", "audio_s_per_stream", "guards_fired",
+                "machine_busy", "gap_s_max", "first_audio_p50_ms")
+"""``--baseline``'s table."""
+
+
 if __name__ == "__main__":
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     ap = argparse.ArgumentParser()
@@ -643,8 +694,20 @@ if __name__ == "__main__":
     ap.add_argument("--count-callbacks", action="store_true",
                     help="also count the event loop's callbacks per stream (server in this "
                          "process and pipeline alone; asyncio's loop only)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="a folder with the 'before' package in plugin/ (git archive REV "
+                         "plugin | tar -x -C DIR): the plan runs alternately on it and on "
+                         "this tree, --pairs times, and one table compares them")
+    ap.add_argument("--pairs", type=int, default=3, help="--baseline: before/after pairs")
     setup()
     args = ap.parse_args()
+    if args.baseline is not None:
+        if args.pairs < 1:
+            ap.error("--pairs must be at least 1")
+        compare_trees(Path(__file__), "control_plane", args.baseline.resolve(), args.pairs,
+                      args.label, without(sys.argv[1:], ("--baseline", "--pairs", "--label")),
+                      PAIR_COLUMNS)
+        sys.exit(0)
     COUNT_CALLBACKS = args.count_callbacks
     CHUNKS, QUEUED_OUTPUT_STEPS = args.chunks, args.queued_output_steps
     POOLED = args.connections == "pooled"

@@ -221,23 +221,25 @@ class SilenceMeter:
         """``pcm`` without the silence past the limit, and how many silent stretches were
         first shortened in it."""
         limit, run, n = self._limit, self._run, len(pcm)
-        loud = np.flatnonzero(np.abs(pcm) > self._level)
-        if not loud.size:
+        loud = np.abs(pcm) > self._level
+        first = int(loud.argmax())  # (stops at the first loud sample)
+        if not loud[first]:
             self._run = run + n
             keep = min(n, max(0, limit - run))
             if keep == n:
                 return pcm, 0
             first_cut, self._cut = not self._cut, True
             return pcm[:keep], int(first_cut)
-        first, last = int(loud[0]), int(loud[-1])
+        last = n - 1 - int(loud[::-1].argmax())
         drop: list[tuple[int, int]] = []  # [start, end) spans of silence past the limit
         cuts = 0
         if run + first > limit:
             drop.append((max(0, limit - run), first))
             cuts += not self._cut
-        if last - first > limit:  # a long stretch between two sounds
-            for g in np.flatnonzero(np.diff(loud) > limit + 1).tolist():
-                drop.append((int(loud[g]) + 1 + limit, int(loud[g + 1])))
+        if last - first > limit:  # a long stretch between two sounds may lie inside
+            at = np.flatnonzero(loud)
+            for g in np.flatnonzero(np.diff(at) > limit + 1).tolist():
+                drop.append((int(at[g]) + 1 + limit, int(at[g + 1])))
                 cuts += 1
         tail = n - 1 - last
         self._run, self._cut = tail, tail > limit
