@@ -161,9 +161,7 @@ class TextNormalizer:
             body = hindi_times(body, cardinal)
         body = ungroup(body)
         if grammars.available() and TRIGGER.search(body) and len(body) <= MAX_GRAMMAR_CHARS:
-            body = grammars.grammar(language).normalize(body, punct_post_process=True)
-            if language == "hi":  # this version reads a Hindi decimal point in English
-                body = re.sub(r"\bpoint\b", "दशमलव", body)
+            body = _by_grammar(body, language)
         return lead + body + trail
 
     def _cardinal(self, language: str) -> Callable[[int], str] | None:
@@ -176,6 +174,35 @@ class TextNormalizer:
             hindi = grammars.grammar("hi")
             return lambda n: hindi.normalize(str(n)).strip()
         return None
+
+
+GRAMMAR_CONTEXT = 3
+"""Words either side of one the grammar must read, given to it with that word: enough for a
+time's AM, a unit, a month beside a day (the grammar's time grows with its input, and what our
+rules read leaves most of a sentence as words)."""
+
+
+def _by_grammar(text: str, language: str) -> str:
+    """``text`` with each stretch of words around something left to read read by
+    ``language``'s grammar, the rest as it is."""
+    words = text.split(" ")
+    wanted = [i for i, w in enumerate(words) if TRIGGER.search(w + " ")]
+    spans: list[list[int]] = []
+    for i in wanted:
+        begin, end = max(0, i - GRAMMAR_CONTEXT), min(len(words), i + GRAMMAR_CONTEXT + 1)
+        if spans and begin <= spans[-1][1]:
+            spans[-1][1] = end
+        else:
+            spans.append([begin, end])
+    grammar = grammars.grammar(language)
+    out, at = [], 0
+    for begin, end in spans:
+        read = grammar.normalize(" ".join(words[begin:end]), punct_post_process=True)
+        if language == "hi":  # this version reads a Hindi decimal point in English
+            read = re.sub(r"\bpoint\b", "दशमलव", read)
+        out += words[at:begin] + [read]
+        at = end
+    return " ".join(out + words[at:])
 
 
 # -- off the event loop ----------------------------------------------------------------------

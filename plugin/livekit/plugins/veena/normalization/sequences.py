@@ -25,6 +25,10 @@ PHONE = re.compile(r"(?<![A-Za-z\d.,/-])(\+?)(\d{2,5}(?:-\d{2,8}){1,4})(?![A-Za-
 """Digits in hyphenated groups (``1800-22-3344``, ``010-12345678``, ``555-1234``); two groups
 are a phone number only after ``+``, from a leading zero, in the shape 3-4 or with ten digits
 (``5-7``, ``2024-25`` and ``2024-2025`` are not)."""
+SPACED = re.compile(r"(?<![A-Za-z\d.,/-])(\+\d{1,3} )?(\d{2,5}(?: \d{2,5}){2,4})"
+                    r"(?![A-Za-z\d/-]|[.,]\d)")
+"""Three or more groups of digits between spaces (``1800 22 3344``, ``+1 555 123 4567``): a
+phone number where they make 10 to 15 digits (``100 200 300`` is a list)."""
 MOBILE = {
     "IN": re.compile(r"(?<![\d.,])(\+91[ -]?)?([6-9]\d{4} ?\d{5})(?![\d,]|\.\d)"),
     "CN": re.compile(r"(?<![\d.,])(\+?86[ -]?)?(1[3-9]\d{9})(?![\d,]|\.\d)"),
@@ -67,6 +71,8 @@ def phones(text: str, language: str, country: str) -> str:
         return lead + GROUP_PAUSE[language].join(_digits(g, language, True) for g in groups)
 
     text = PHONE.sub(lambda m: spell(m, True), text)
+    text = SPACED.sub(lambda m: spell(m, False) if 10 <= len(re.sub(r"\D", "", m.group(2))) <= 15
+                      else m.group(0), text)
     mobile = MOBILE.get(country)
     return mobile.sub(lambda m: spell(m, False), text) if mobile else text
 
