@@ -252,6 +252,17 @@ def test_every_keyword_given_to_veena_tts_is_a_parameter():
     assert not wrong, sorted(set(wrong))
 
 
+def test_the_server_extra_is_listed_whole():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    names = {re.split(r"[<>=!~\[ ;]", spec, maxsplit=1)[0] for spec in extras["server"]}
+    for page in ("getting-started", "development"):
+        text = (ROOT / "docs" / f"{page}.md").read_text()
+        assert not [n for n in names if n not in text], (page, names)
+
+
 # --- the parameter table --------------------------------------------------------------------------
 
 def _parameter_table() -> list[tuple[str, str, str]]:
