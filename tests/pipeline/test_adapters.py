@@ -1,12 +1,20 @@
 """The engine's adapter set: an adapter's files stay while any request or turn holds it, a
 removed adapter serves only those already holding it, and its own copy is freed after the
-last of them. No engine starts here."""
+last of them; a request vLLM starves of an adapter slot is bounded. No engine starts here."""
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
+from livekit.plugins.veena.models.profiles import VEENA
 from livekit.plugins.veena.pipeline.adapters import MAX_ADAPTER_ID, Adapter, AdapterSet
+from livekit.plugins.veena.pipeline.engine_options import SamplingOptions
+from livekit.plugins.veena.pipeline.options import PipelineOptions
+from livekit.plugins.veena.pipeline.pipeline import Pipeline
+from livekit.plugins.veena.pipeline.turn import Turn, TurnOptions, TurnTimeout
+
+from ..fakes import FakeEngine, ToneCodec
 
 
 def _adapter(tmp_path, name="acme", int_id=7) -> Adapter:
@@ -78,3 +86,47 @@ def test_ids_are_vllm_ids():
         with pytest.raises(ValueError, match="adapter id"):
             adapters.add(Adapter("acme", bad, "/a", 8, 16.0))
     adapters.add(Adapter("acme", MAX_ADAPTER_ID, "/a", 8, 16.0))
+
+
+class _Starving(FakeEngine):
+    """vLLM past ``max_loras``: a request with an adapter gets no slot while the base
+    model's requests keep producing (one frame per 10 ms)."""
+
+    async def generate(self, prompt, sampling, request_id=None, adapter=None):
+        if adapter is not None:
+            await asyncio.Event().wait()  # skipped at every step
+        async for ids in super().generate(prompt, sampling, request_id):
+            await asyncio.sleep(0.01)
+            yield ids
+
+
+async def test_a_request_starved_of_an_adapter_slot_times_out(tmp_path):
+    """Other requests' tokens are progress for a request waiting its turn, but for one with
+    an adapter only for ``adapter_wait_s``: after it (and the turn's timeout) the turn
+    fails as stalled instead of waiting for ever. The times are hang guards."""
+    engine = _Starving()
+    engine.options = replace(engine.options, adapter_wait_s=0.5)
+    pipeline = Pipeline(engine, ToneCodec(), VEENA, PipelineOptions(freeze_gc_heap=False))
+    await pipeline.start()
+    engine.adapters.add(Adapter("acme", 1, str(tmp_path), 8, 16.0))
+
+    async def others():  # the base model's requests, tokens read as they come
+        async for _ in engine.generate([1, 2, 3], SamplingOptions(max_tokens=7 * 10**6)):
+            pass
+
+    busy = asyncio.create_task(others())
+    turn = Turn(pipeline, TurnOptions(voice="acme", adapter="acme", timeout=0.5,
+                                      sampling=pipeline.sampling.defaults()))
+
+    async def chunks():
+        yield "Hello there."
+
+    try:
+        with pytest.raises(TurnTimeout):
+            await asyncio.wait_for(turn.speak(chunks(), lambda pcm: None), 60)
+        assert not busy.done()  # the others did progress all along
+        assert not engine.adapters.held(engine.adapters.get("acme"))  # the turn let go
+    finally:
+        busy.cancel()
+        await asyncio.gather(busy, return_exceptions=True)
+        await pipeline.aclose()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..validation import check_float, check_int, is_int
+from ..validation import MAX_DURATION_S, check_float, check_int, is_int
 from .adapters import VLLM_LORA_RANKS, AdapterSet, served_rank
 from .engine_options import EngineOptions, has_cuda
 
@@ -57,6 +57,7 @@ def _lora_args(opts: EngineOptions) -> dict:
     cpu = opts.max_cpu_loras
     if cpu is not None:
         cpu = check_int("max_cpu_loras", cpu, max_loras, 4096)
+    check_float("adapter_wait_s", opts.adapter_wait_s, 0.0, MAX_DURATION_S, lo_open=True)
     return {"enable_lora": True, "max_loras": max_loras, "max_lora_rank": rank,
             "max_cpu_loras": cpu}
 

@@ -62,6 +62,11 @@ class EngineOptions:
     max_cpu_loras: int | None = None
     """Adapters kept loaded in host memory (vLLM's LRU cache); one past it is evicted and
     read from disk again when next used. None: vLLM's default (``max_loras``)."""
+    adapter_wait_s: float = 30.0
+    """How long a request with an adapter may wait for its tokens while other requests
+    progress: vLLM skips a request whose adapter finds no free slot (``max_loras``) and can
+    starve it while requests of loaded adapters keep coming. Past it (plus the turn's own
+    no-progress timeout) its turn fails as stalled."""
     startup_timeout_s: float = 600.0
     """How long a request waits for the engine to finish starting before it fails with a
     clear ``starting`` error (the start itself goes on)."""
@@ -95,6 +100,7 @@ class EngineOptions:
             max_loras=env_int("VEENA_MAX_LORAS", cls.max_loras),
             max_lora_rank=env_int("VEENA_MAX_LORA_RANK", cls.max_lora_rank),
             max_cpu_loras=env_int("VEENA_MAX_CPU_LORAS", cls.max_cpu_loras),
+            adapter_wait_s=env_float("VEENA_ADAPTER_WAIT_S", cls.adapter_wait_s),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         if values["max_num_seqs"] is None:

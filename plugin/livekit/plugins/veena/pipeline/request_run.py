@@ -101,8 +101,11 @@ class RequestRun:
         the engine or the decoder serving others while this run waits its turn there (a
         stall is "nothing moves", never "busy elsewhere")."""
         t = self.last_progress
-        if self.awaiting_tokens:
-            t = max(t, self._p.engine.last_output)
+        if self.awaiting_tokens:  # (one with an adapter vLLM may starve: for a while only)
+            others = self._p.engine.last_output
+            if self._syn.adapter is not None:
+                others = min(others, t + self._p.engine.options.adapter_wait_s)
+            t = max(t, others)
         if self.pending_windows:
             t = max(t, self._p.scheduler.last_done)
         return t
