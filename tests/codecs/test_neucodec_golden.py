@@ -1,7 +1,9 @@
-"""NeuCodec against Neuphonic's own code: golden outputs of ``neucodec`` 0.0.6's
-``NeuCodec.decode_code`` (written by ``tests/golden/make_neucodec_golden.py``, not run here)
-on a reduced-size checkpoint in the published layout, loaded here through the codec's loader
-and decoded through the codec's ``decode``, as the pipeline does: relative RMS <= 1e-5."""
+"""NeuCodec against Neuphonic's own code: golden outputs of ``neucodec`` 0.0.6 (written by
+``tests/golden/make_neucodec_golden.py``, not run here) on a reduced-size checkpoint in the
+published layout. ``NeuCodec.decode_code``: loaded here through the codec's loader and
+decoded through the codec's ``decode``, as the pipeline does, relative RMS <= 1e-5.
+``NeuCodec.encode_code``: each clip's codes all equal, and the quantizer's input within
+1e-5 (so a code is not equal by luck of rounding)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import torch
 
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.neucodec import NeuCodecCodec
+from livekit.plugins.veena.codecs.neucodec_encoder import NeuCodecEncoder
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "neucodec"
 CASES = json.loads((GOLDEN / "cases.json").read_text())
@@ -46,7 +49,9 @@ def test_one_pass_decode_equals_neucodec(codec, golden, case):
 
 def test_the_checkpoint_is_the_published_layout():
     state = torch.load(GOLDEN / "pytorch_model.bin", weights_only=True)
-    assert {k.split(".")[0] for k in state} == {"generator", "fc_post_a", "fc_prior"}
+    assert {k.split(".")[0] for k in state} == {"generator", "fc_post_a", "fc_prior",
+                                                "CodecEnc", "SemanticEncoder_module"}
+    assert "CodecEnc.conv_blocks.0.weight_g" in state  # weight norm, as published
     assert "generator.quantizer.project_in.weight" in state  # an encoder tensor, ignored
 
 
@@ -57,3 +62,22 @@ def test_the_rotary_embedding_changes_nothing_in_the_reference():
     for case in CASES["cases"].values():
         assert case["rope_identity_rel_rms"] <= 1e-5
         assert case["rope_over_time_rel_rms"] >= 1e-2
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return NeuCodecEncoder.load(str(GOLDEN))
+
+
+@pytest.mark.parametrize("clip", sorted(CASES["clips"]))
+def test_encoder_codes_equal_neucodec(encoder, golden, clip):
+    captured = []
+    hook = encoder.heads.generator.quantizer.project_in.register_forward_hook(
+        lambda _m, _i, out: captured.append(out[0].numpy().copy()))
+    try:
+        codes = encoder.encode_reference(golden[f"{clip}_wav"], 16000)
+    finally:
+        hook.remove()
+    assert rel_rms(captured[-1], golden[f"{clip}_project_in"]) <= 1e-5
+    np.testing.assert_array_equal(codes, golden[f"{clip}_codes"])
+    assert codes.dtype == np.int64 and len(codes) == CASES["clips"][clip]["frames"]

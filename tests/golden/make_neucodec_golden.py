@@ -6,9 +6,10 @@ hand, once, when the golden files must change (then commit ``tests/golden/neucod
 
     python3 -m venv /tmp/side-env-neucodec
     /tmp/side-env-neucodec/bin/pip install torch==2.13.0        # the CPU build, from local disk
-    /tmp/side-env-neucodec/bin/pip install numpy einops einx transformers safetensors soundfile
+    /tmp/side-env-neucodec/bin/pip install numpy einops einx transformers==5.19.0 safetensors \
+        soundfile                                                  # .venv's transformers
     /tmp/side-env-neucodec/bin/pip install --no-deps neucodec==0.0.6 \
-        vector-quantize-pytorch==1.17.8 torchtune==0.6.1 local_attention
+        vector-quantize-pytorch==1.17.8 torchtune==0.6.1 local_attention hyper-connections
     /tmp/side-env-neucodec/bin/python tests/golden/make_neucodec_golden.py
 
 Only ``torchtune.modules`` (its rotary embedding) is imported from torchtune, and nothing from
@@ -44,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
 from torch import nn
 
 logger = logging.getLogger("make_neucodec_golden")
@@ -52,6 +54,18 @@ OUT = Path(__file__).resolve().parent / "neucodec"
 SEED = 20251207
 SIZES = {"hidden_dim": 64, "depth": 2, "heads": 4, "vq_dim": 32, "hop_length": 480,
          "sample_rate": 24000, "levels": [4] * 8}
+W2V_SIZES = {"hidden_size": 32, "num_hidden_layers": 18, "num_attention_heads": 2,
+             "intermediate_size": 64, "output_hidden_size": 32}
+"""w2v-bert-2.0's own config at a reduced size (18 layers: the reference reads layer 16)."""
+W2V_FEATURES = {"feature_size": 80, "num_mel_bins": 80, "padding_side": "right",
+                "padding_value": 1, "return_attention_mask": True, "sampling_rate": 16000,
+                "stride": 2}
+"""w2v-bert-2.0's published preprocessor_config.json."""
+CLIPS = {  # name: seconds; seeded noise under a few tones at 16 kHz
+    "clip_2s": 2.03,
+    "clip_whole_hops": 3.2,  # a multiple of 320 samples: the reference pads a whole hop
+    "clip_1s": 1.0,
+}
 CASES = {  # name: codes [B, 1, F]
     "batch2_37": lambda g: torch.randint(0, 65536, (2, 1, 37), generator=g),
     "one_5": lambda g: torch.randint(0, 65536, (1, 1, 5), generator=g),
@@ -86,7 +100,7 @@ def _torchtune_rope_alone() -> None:
     sys.modules["torchtune.modules"] = rope
 
 
-def _official_model() -> nn.Module:
+def _official_model(encoder: bool = False) -> nn.Module:
     from neucodec.codec_decoder_vocos import CodecDecoderVocos
     from neucodec.model import NeuCodec
 
@@ -97,7 +111,19 @@ def _official_model() -> nn.Module:
                                         heads=SIZES["heads"], pos_meb_dim=16,
                                         hop_length=SIZES["hop_length"], vq_dim=SIZES["vq_dim"])
     model.fc_post_a = nn.Linear(SIZES["vq_dim"], SIZES["hidden_dim"])
-    model.fc_prior = nn.Linear(SIZES["vq_dim"], SIZES["vq_dim"])  # an encoder tensor
+    half = SIZES["vq_dim"] // 2  # semantic and acoustic halves of fc_prior's input
+    model.fc_prior = nn.Linear(SIZES["vq_dim"], SIZES["vq_dim"])
+    if encoder:
+        from neucodec.codec_encoder import CodecEncoder
+        from neucodec.module import SemanticEncoder
+        from transformers import SeamlessM4TFeatureExtractor, Wav2Vec2BertConfig, Wav2Vec2BertModel
+
+        model.semantic_model = Wav2Vec2BertModel(Wav2Vec2BertConfig(**W2V_SIZES),
+                                                 ).eval()
+        model.semantic_model.config.output_hidden_states = True
+        model.feature_extractor = SeamlessM4TFeatureExtractor(**W2V_FEATURES)
+        model.SemanticEncoder_module = SemanticEncoder(W2V_SIZES["hidden_size"], half, half)
+        model.CodecEnc = CodecEncoder(ngf=2, hidden_dim=half)
     return model
 
 
@@ -123,6 +149,30 @@ class _RopeOverTime(nn.Module):
         return self.rope(x.transpose(1, 2)).transpose(1, 2)
 
 
+def _encode_clips(model: nn.Module, g: torch.Generator, arrays: dict) -> dict:
+    """Each clip's codes through the official ``encode_code`` (a [1, 1, T] tensor at 16 kHz),
+    and the quantizer's input (captured at ``project_in``) to compare before rounding."""
+    captured = []
+    hook = model.generator.quantizer.project_in.register_forward_hook(
+        lambda _m, _i, out: captured.append(out.detach().clone()))
+    clips = {}
+    for name, seconds in CLIPS.items():
+        n = int(round(seconds * 16000))
+        t = torch.arange(n) / 16000
+        wav = 0.05 * torch.randn(n, generator=g)
+        for hz in (140.0, 280.0, 1100.0):
+            wav += 0.2 * torch.sin(2 * torch.pi * hz * t + float(torch.rand(1, generator=g)) * 6)
+        captured.clear()
+        codes = model.encode_code(wav[None, None].float())  # [1, 1, F]
+        arrays[f"{name}_wav"] = wav.numpy().astype(np.float32)
+        arrays[f"{name}_codes"] = codes[0, 0].numpy().astype(np.int64)
+        arrays[f"{name}_project_in"] = captured[-1][0].numpy().astype(np.float32)
+        clips[name] = {"samples": n, "frames": int(codes.shape[-1])}
+        logger.info("%s: %s codes %s", name, clips[name], codes[0, 0, :8].tolist())
+    hook.remove()
+    return clips
+
+
 def _rms(a: torch.Tensor) -> float:
     return float(a.double().pow(2).mean().sqrt())
 
@@ -133,21 +183,24 @@ def main() -> None:
     _torchtune_rope_alone()
     torch.manual_seed(SEED)
     g = torch.Generator().manual_seed(SEED)
-    model = _official_model().eval()
+    model = _official_model(encoder=True).eval()
     _perturb(model, g)
     OUT.mkdir(parents=True, exist_ok=True)
-    params = dict(model.named_parameters())  # buffers (the iSTFT window) stay float32
-    state = {k: v.half() if k in params else v for k, v in model.state_dict().items()}
+    model.semantic_model.save_pretrained(OUT / "w2v-bert-2.0")
+    model.feature_extractor.save_pretrained(OUT / "w2v-bert-2.0")
+    params = dict(model.named_parameters())  # buffers (iSTFT window, filters) stay float32
+    state = {k: v.half() if k in params else v for k, v in model.state_dict().items()
+             if not k.startswith("semantic_model.")}
     torch.save(state, OUT / "pytorch_model.bin")
     (OUT / "veena_codec.json").write_text(json.dumps(SIZES, indent=1) + "\n")
 
     rope_free = _official_model().eval()
-    rope_free.load_state_dict(model.state_dict())
+    rope_free.load_state_dict(model.state_dict(), strict=False)
     for block in rope_free.generator.backbone.transformers:
         block.att.rotary_embed = nn.Identity()
 
     by_time = _official_model().eval()  # the layout torchtune documents: positions = time
-    by_time.load_state_dict(model.state_dict())
+    by_time.load_state_dict(model.state_dict(), strict=False)
     for block in by_time.generator.backbone.transformers:
         block.att.rotary_embed = _RopeOverTime(block.att.rotary_embed)
 
@@ -165,10 +218,12 @@ def main() -> None:
                            "rope_identity_rel_rms": _rms(no_rope - audio) / _rms(audio),
                            "rope_over_time_rel_rms": _rms(over_time - audio) / _rms(audio)}
             logger.info("%s: %s", name, cases[name])
+        clips = _encode_clips(model, g, arrays)
     np.savez_compressed(OUT / "golden.npz", **arrays)
     (OUT / "cases.json").write_text(json.dumps(
         {"neucodec": "0.0.6", "vector_quantize_pytorch": "1.17.8", "torchtune": "0.6.1",
-         "torch": torch.__version__, "seed": SEED, "sizes": SIZES, "cases": cases},
+         "torch": torch.__version__, "transformers": transformers.__version__, "seed": SEED,
+         "sizes": SIZES, "w2v_sizes": W2V_SIZES, "cases": cases, "clips": clips},
         indent=1) + "\n")
 
 

@@ -1,0 +1,56 @@
+"""NeuCodec's reference-clip encoder refuses what is not a clip it can encode, and a
+checkpoint without its encoder tensors, with a clear ValueError (equality with the official
+encoder: ``test_neucodec_golden``)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from livekit.plugins.veena.codecs.neucodec_encoder import NeuCodecEncoder
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "neucodec"
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return NeuCodecEncoder.load(str(GOLDEN))
+
+
+def tone(seconds: float) -> np.ndarray:
+    t = np.arange(int(seconds * 16000)) / 16000
+    return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+def test_codes_come_50_per_second_as_a_list_too(encoder):
+    codes = encoder.encode_reference(tone(1.5), 16000)
+    assert codes.shape == (75,) and codes.min() >= 0 and codes.max() < 65536
+    assert encoder.encode(tone(1.5)) == codes.tolist()
+
+
+@pytest.mark.parametrize("wav, rate, match", [
+    (tone(2), 24000, "16000 Hz"),
+    (tone(2), True, "16000 Hz"),
+    (np.stack([tone(2), tone(2)]), 16000, "mono"),
+    ((tone(2) * 1000).astype(np.int16), 16000, "float"),
+    (tone(0.5), 16000, "1-30 s"),
+    (tone(31), 16000, "1-30 s"),
+    (np.zeros(32000, np.float32), 16000, "silent"),
+    (np.where(np.arange(32000) == 7, np.nan, tone(2)).astype(np.float32), 16000, "NaN"),
+])
+def test_a_clip_it_cannot_encode_is_refused(encoder, wav, rate, match):
+    with pytest.raises(ValueError, match=match):
+        encoder.encode_reference(wav, rate)
+
+
+def test_a_checkpoint_without_the_encoder_is_refused(tmp_path):
+    state = torch.load(GOLDEN / "pytorch_model.bin", weights_only=True)
+    torch.save({k: v for k, v in state.items() if not k.startswith("SemanticEncoder_module.")},
+               tmp_path / "pytorch_model.bin")
+    shutil.copytree(GOLDEN / "w2v-bert-2.0", tmp_path / "w2v-bert-2.0")
+    with pytest.raises(ValueError, match="SemanticEncoder_module.final_conv.weight"):
+        NeuCodecEncoder.load(str(tmp_path))
