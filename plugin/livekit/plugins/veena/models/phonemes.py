@@ -59,6 +59,8 @@ def phonemize(text: str, language: str = "en-us") -> str:
     """``text`` in IPA with stress marks and its punctuation, whitespace collapsed to single
     spaces (a voice's transcript is phonemised once, then cached)."""
     backend = _backend(language)
+    if not text.strip():
+        return ""  # (phonemizer drops an empty line from its output)
     with _lock:
-        phones = backend.phonemize([text])[0]
-    return " ".join(phones.split())
+        phones = backend.phonemize([text])
+    return " ".join(phones[0].split()) if phones else ""
