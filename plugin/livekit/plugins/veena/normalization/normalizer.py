@@ -20,9 +20,15 @@ from typing import Callable, Mapping
 from . import grammars
 from .dates import hindi_times, impossible_dates, spell_dates
 from .money import chinese_money, english_money, hindi_money
-from .numbers import chinese_cardinal, english_cardinal, english_numbers, ungroup
+from .numbers import (
+    chinese_cardinal,
+    english_cardinal,
+    english_numbers,
+    hindi_numbers,
+    ungroup,
+)
 from .scripts import SCRIPT_LANGUAGES, runs_by_script
-from .sequences import phones, signs, versions
+from .sequences import phones, ranges, signs, versions
 
 logger = logging.getLogger(__name__)
 
@@ -154,11 +160,11 @@ class TextNormalizer:
         body = spell_dates(body, language, self.locale, cardinal)
         if cardinal is not None:
             body = versions(body, language, cardinal)
-        body = signs(phones(body, language, self.country), language)
+        body = signs(ranges(phones(body, language, self.country), language), language)
         if language == "en":
             body = english_numbers(body, self.indian)
         if language == "hi" and cardinal is not None:
-            body = hindi_times(body, cardinal)
+            body = hindi_numbers(hindi_times(body, cardinal), cardinal)
         body = ungroup(body)
         if grammars.available() and TRIGGER.search(body) and len(body) <= MAX_GRAMMAR_CHARS:
             body = _by_grammar(body, language)

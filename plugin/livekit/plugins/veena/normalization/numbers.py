@@ -10,6 +10,7 @@ here."""
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
          "fourteen fifteen sixteen seventeen eighteen nineteen").split()
@@ -169,3 +170,16 @@ def chinese_number(digits: str) -> str:
         return digits
     words = chinese_cardinal(int(whole))
     return words + ("点" + "".join(DIGIT_WORDS["zh"][int(d)] for d in frac) if frac else "")
+
+
+HINDI_WHOLE = re.compile(r"(?<![\d.,:/A-Za-z-])(?!0\d)(\d{1,12})(?![\d:/A-Za-z-]|[.,]\d)(\s?%)?")
+"""A whole number (or a percentage) on its own: not part of a decimal, a time, a date or a
+word."""
+
+
+def hindi_numbers(text: str, cardinal: Callable[[int], str]) -> str:
+    """Whole numbers and percentages in Hindi words, ``cardinal`` reading each: the Hindi
+    grammar fails on some sentences around them (``साल 2026 में`` comes back as written) and
+    reads ``15%`` as पंद्रह%."""
+    return HINDI_WHOLE.sub(lambda m: cardinal(int(m.group(1))) + (" प्रतिशत" if m.group(2)
+                                                                   else ""), text)

@@ -37,6 +37,13 @@ MOBILE = {
 PLUS = {"en": "plus ", "hi": "प्लस ", "zh": "加"}
 GROUP_PAUSE = {"en": ", ", "hi": ", ", "zh": "，"}
 
+RANGE = re.compile(r"(?<![A-Za-z\d.,/:-])(\d{1,4}(?:\.\d+)?)[-–]([1-9]\d{0,3}(?:\.\d+)?)"
+                   r"(?![A-Za-z\d/:-]|[.,]\d)")
+"""Two numbers joined by a dash (``5-7 days``, ``2024-25``, a score ``2-1``): "to" between them
+(the English grammar says "five-seven", the Hindi one fails on it, the Chinese one reads a
+minus). What is left after dates and phone numbers; ``2024-03`` (a month) is not a range."""
+TO = {"en": " to ", "hi": " से ", "zh": "到"}
+
 SIGN = re.compile(r"(?<![A-Za-z\d.,)\]/-])[-−](?=\d)")
 """A minus sign: before a digit, after neither a letter nor a digit (``5-7`` is a range)."""
 MINUS = {"en": "minus ", "hi": "माइनस "}
@@ -91,3 +98,8 @@ def signs(text: str, language: str) -> str:
     if language == "zh":  # the Chinese grammar garbles 负5000: written out here
         return SIGNED_ZH.sub(lambda m: "负" + chinese_number(m.group(1)), text)
     return SIGN.sub(MINUS[language], text)
+
+
+def ranges(text: str, language: str) -> str:
+    """``5-7`` as "5 to 7" in ``language`` (its numbers are read after)."""
+    return RANGE.sub(lambda m: m.group(1) + TO[language] + m.group(2), text)
