@@ -1,6 +1,6 @@
 """NeuCodec as a pipeline codec: its tiny checkpoint loads through the published layout,
-windows decode alone or batched alike, and bad checkpoints or codes are refused with the
-tensor named."""
+windows decode alone or batched alike, the reference's codes as left context are decoded
+but not returned, and bad checkpoints or codes are refused with the tensor named."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ def codec(tiny_dir):
     return NeuCodecCodec.load(str(tiny_dir))
 
 
-def window(codes):
-    return CodecInput(codes=np.asarray(codes, np.int64), start_step=0, seed=0)
+def window(codes, context=0):
+    return CodecInput(codes=np.asarray(codes, np.int64), start_step=0, seed=0,
+                      context_steps=context)
 
 
 def test_tiny_checkpoint_decodes_24khz_hop_480(codec):
@@ -43,6 +44,16 @@ def test_a_window_decodes_the_same_alone_or_batched(codec):
     alone = codec.decode([window(a)])[0]
     batched = codec.decode([window(b), window(a)])[1]
     np.testing.assert_allclose(batched, alone, rtol=0, atol=1e-5 * np.abs(alone).max())
+
+
+def test_context_steps_are_decoded_but_not_returned(codec):
+    codes = np.random.default_rng(2).integers(0, 65536, 10)
+    whole = codec.decode([window(codes)])[0]
+    (tail,) = codec.decode([window(codes, context=4)])
+    assert tail.shape == (6 * 480,)
+    np.testing.assert_array_equal(tail, whole[4 * 480:])
+    (alone,) = codec.decode([window(codes[4:])])  # the context shapes the audio
+    assert np.abs(alone - tail).max() > 1e-3 * np.abs(tail).max()
 
 
 def test_codes_out_of_range_are_refused(codec):

@@ -91,7 +91,9 @@ class NeuCodecCodec:
         if not batch:
             return []
         call, inputs = self.batch_call(batch)
-        return first_rows(call(*inputs), len(batch))
+        audio = first_rows(call(*inputs), len(batch))
+        hop = self.samples_per_step  # a window's leading context (the reference's codes)
+        return [a[b.context_steps * hop:] for a, b in zip(audio, batch)]
 
     def blank_window(self, steps: int, seed: int = 0) -> CodecInput:
         """A window of ``steps`` zero codes (warm-up, graph captures)."""
