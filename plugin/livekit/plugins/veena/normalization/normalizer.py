@@ -1,12 +1,13 @@
 """The normalisation stage: a chunk's text as the model must read it (numbers, money, dates,
 times, units, abbreviations spelled out), in each run's own language.
 
-Order: the user's pronunciations first (whole words), then, only where the chunk has
-something to normalise (a digit, a currency or unit symbol, a known abbreviation), each run
-of one script in its language: the project's own rules for what the grammars get wrong in
-Indian usage (grouping, rupees, lakh and crore, the date's order), then that language's
-grammar. Tags (``<laugh>``) are never touched. A chunk with nothing to normalise costs one
-regular-expression search."""
+Order: the user's pronunciations first (whole words, outside tags), then, only where the
+chunk has something to normalise (a digit, a currency or unit symbol, a known abbreviation),
+each run of one script in its language: the project's own rules for what the grammars get
+wrong (amounts, dates in the locale's order, versions, phone numbers, ranges, signs, grouped
+numbers, Hindi numbers and times), then that language's grammar on the words around whatever
+is left. Tags (``<laugh>``) are never touched. A chunk with nothing to normalise costs one
+regular-expression search; one our rules read entirely asks no grammar."""
 
 from __future__ import annotations
 
@@ -145,6 +146,8 @@ class TextNormalizer:
         return "".join(out) + self._spoken_run(text[at:], language)
 
     def _spoken_run(self, text: str, language: str) -> str:
+        """Our rules in order (each reads what the next would misread: an amount before its
+        digits, a date before a range, a phone number before a sign), then the grammar."""
         lead = text[:len(text) - len(text.lstrip())]
         trail = text[len(text.rstrip()):]
         body = text.strip()
