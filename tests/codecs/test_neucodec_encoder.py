@@ -1,6 +1,7 @@
 """NeuCodec's reference-clip encoder refuses what is not a clip it can encode, and a
-checkpoint without its encoder tensors, with a clear ValueError (equality with the official
-encoder: ``test_neucodec_golden``)."""
+checkpoint without its encoder tensors, with a clear ValueError; a tiny checkpoint written
+with its encoder clones and decodes (equality with the official encoder:
+``test_neucodec_golden``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from livekit.plugins.veena.codecs.neucodec_encoder import NeuCodecEncoder
+from livekit.plugins.veena.codecs.base import CodecInput
+from livekit.plugins.veena.codecs.neucodec import NeuCodecCodec, write_tiny_checkpoint
+from livekit.plugins.veena.codecs.neucodec_encoder import NeuCodecEncoder, kaiser_sinc_taps
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "neucodec"
 
@@ -54,3 +57,20 @@ def test_a_checkpoint_without_the_encoder_is_refused(tmp_path):
     shutil.copytree(GOLDEN / "w2v-bert-2.0", tmp_path / "w2v-bert-2.0")
     with pytest.raises(ValueError, match="SemanticEncoder_module.final_conv.weight"):
         NeuCodecEncoder.load(str(tmp_path))
+
+
+def test_the_published_filter_taps_are_the_kaiser_sinc_filter():
+    state = torch.load(GOLDEN / "pytorch_model.bin", weights_only=True)
+    filters = [v for k, v in state.items() if k.endswith(".filter")]
+    assert len(filters) > 10
+    for taps in filters:
+        torch.testing.assert_close(taps.float(), kaiser_sinc_taps(), rtol=0, atol=1e-7)
+
+
+def test_a_tiny_checkpoint_with_its_encoder_clones_and_decodes(tmp_path):
+    write_tiny_checkpoint(tmp_path, seed=5, encoder=True)
+    codes = NeuCodecEncoder.load(str(tmp_path)).encode_reference(tone(2.0), 16000)
+    assert codes.shape == (100,) and codes.min() >= 0 and codes.max() < 65536
+    codec = NeuCodecCodec.load(str(tmp_path))
+    (audio,) = codec.decode([CodecInput(codes=codes, start_step=0, seed=0)])
+    assert audio.shape == (100 * 480,) and np.isfinite(audio).all()

@@ -103,14 +103,19 @@ class NeuCodecCodec:
         self.decode([self.blank_window(10)])
 
 
-def write_tiny_checkpoint(folder: Path, *, seed: int = 0,
-                          config: NeuCodecConfig | None = None) -> Path:
+def write_tiny_checkpoint(folder: Path, *, seed: int = 0, config: NeuCodecConfig | None = None,
+                          encoder: bool = False) -> Path:
     """A random NeuCodec checkpoint in the published layout (``pytorch_model.bin``; its
-    sizes in ``veena_codec.json``), for tiny models and tests: small by default."""
+    sizes in ``veena_codec.json``), for tiny models and tests: small by default.
+    ``encoder``: with the encoder's tensors and a tiny w2v-bert-2.0 beside them (cloning)."""
     config = (config or NeuCodecConfig.tiny()).validate()
     torch.manual_seed(seed)
-    model = NeuCodecDecoder(config)
+    state = NeuCodecDecoder(config).state_dict()
     folder.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    if encoder:
+        from .neucodec_encoder import tiny_encoder_state
+
+        state.update(tiny_encoder_state(folder, config.vq_dim, len(config.levels), seed))
+    torch.save(state, folder / "pytorch_model.bin")
     (folder / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=1) + "\n")
     return folder

@@ -13,6 +13,7 @@ folded at load). The w2v-bert-2.0 model is read from its own folder or hub id.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,25 @@ class _SnakeBeta(nn.Module):
         return x + torch.sin(x * a).pow(2) / (b + 1e-9)
 
 
+def kaiser_sinc_taps(taps: int = 12, cutoff: float = 0.25, half_width: float = 0.3
+                     ) -> torch.Tensor:
+    """A windowed-sinc low-pass filter [1, 1, taps] (Kaiser window, its beta from the
+    transition width as in Kaiser's formula), normalised to unit gain: the published
+    checkpoint stores these taps, and a new (tiny) one gets them from here."""
+    half = taps // 2
+    attenuation = 2.285 * (half - 1) * math.pi * 4 * half_width + 7.95
+    if attenuation > 50:
+        beta = 0.1102 * (attenuation - 8.7)
+    elif attenuation >= 21:
+        beta = 0.5842 * (attenuation - 21) ** 0.4 + 0.07886 * (attenuation - 21)
+    else:
+        beta = 0.0
+    t = torch.arange(-half, half) + 0.5 if taps % 2 == 0 else torch.arange(taps) - half
+    h = 2 * cutoff * torch.kaiser_window(taps, periodic=False, beta=beta) \
+        * torch.sinc(2 * cutoff * t)
+    return (h / h.sum()).view(1, 1, taps)
+
+
 class _Resample(nn.Module):
     """2x up (transposed) or down (strided) through a 12-tap low-pass filter per channel,
     edges replicated; the filter taps are the checkpoint's."""
@@ -52,7 +72,7 @@ class _Resample(nn.Module):
     def __init__(self, up: bool) -> None:
         super().__init__()
         self.up = up
-        self.register_buffer("filter", torch.zeros(1, 1, 12))
+        self.register_buffer("filter", kaiser_sinc_taps())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         taps = self.filter.expand(x.shape[1], -1, -1)
@@ -283,3 +303,26 @@ def _heads_for(state: dict[str, torch.Tensor], semantic_in: int) -> _Heads:
                              f"expected {tuple(tensor.shape)}")
     heads.load_state_dict({k: state[k].float() for k in expected})
     return heads
+
+
+TINY_W2V_BERT = {"hidden_size": 32, "num_hidden_layers": SEMANTIC_LAYER, "num_attention_heads": 2,
+                 "intermediate_size": 64, "output_hidden_size": 32}
+W2V_BERT_FEATURES = {"feature_size": 80, "num_mel_bins": 80, "padding_side": "right",
+                     "padding_value": 1, "return_attention_mask": True, "sampling_rate": 16000,
+                     "stride": 2}
+"""w2v-bert-2.0's published preprocessor_config.json."""
+
+
+def tiny_encoder_state(folder: Path, vq_dim: int, levels: int, seed: int = 0
+                       ) -> dict[str, torch.Tensor]:
+    """Random encoder tensors under their published names (weight norm folded: a plain
+    ``weight`` loads as well), with a tiny random w2v-bert-2.0 written to
+    ``folder/w2v-bert-2.0``; for tiny models and tests."""
+    from transformers import SeamlessM4TFeatureExtractor, Wav2Vec2BertConfig, Wav2Vec2BertModel
+
+    torch.manual_seed(seed)
+    w2v = Wav2Vec2BertModel(Wav2Vec2BertConfig(**TINY_W2V_BERT))
+    w2v.save_pretrained(folder / "w2v-bert-2.0")
+    SeamlessM4TFeatureExtractor(**W2V_BERT_FEATURES).save_pretrained(folder / "w2v-bert-2.0")
+    half = vq_dim // 2
+    return _Heads(2, half, TINY_W2V_BERT["hidden_size"], half, vq_dim, levels).state_dict()
