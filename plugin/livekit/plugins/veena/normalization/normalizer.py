@@ -25,6 +25,7 @@ from .numbers import (
     chinese_cardinal,
     english_cardinal,
     english_numbers,
+    hindi_fractions,
     hindi_numbers,
     ungroup,
 )
@@ -167,7 +168,8 @@ class TextNormalizer:
         if language == "en":
             body = english_numbers(body, self.indian)
         if language == "hi" and cardinal is not None:
-            body = hindi_numbers(hindi_times(body, cardinal), cardinal)
+            body = hindi_numbers(hindi_fractions(hindi_times(body, cardinal), cardinal),
+                                 cardinal)
         body = ungroup(body)
         if grammars.available() and TRIGGER.search(body) and len(body) <= MAX_GRAMMAR_CHARS:
             body = _by_grammar(body, language)

@@ -183,3 +183,25 @@ def hindi_numbers(text: str, cardinal: Callable[[int], str]) -> str:
     reads ``15%`` as पंद्रह%."""
     return HINDI_WHOLE.sub(lambda m: cardinal(int(m.group(1))) + (" प्रतिशत" if m.group(2)
                                                                    else ""), text)
+
+
+FRACTION = re.compile(r"(?<![\d/.:-])(?:(\d{1,4}) )?(\d{1,3})/(\d{1,3})(?![\d/:-]|[.,]\d)")
+"""A fraction, maybe after a whole number (``1/2``, ``2 1/2``); numeric dates are read first."""
+HINDI_PARTS = {(1, 2): "आधा", (1, 4): "एक चौथाई", (3, 4): "तीन चौथाई", (1, 3): "एक तिहाई",
+               (2, 3): "दो तिहाई"}
+HINDI_AND_A_HALF = {1: "डेढ़", 2: "ढाई"}
+
+
+def hindi_fractions(text: str, cardinal: Callable[[int], str]) -> str:
+    """Fractions as Hindi speakers say them (the Hindi grammar reads ``1/2`` as "एक दोths"):
+    आधा, तीन चौथाई, डेढ़, ढाई, साढ़े तीन; any other as "पाँच बटा आठ"."""
+    def spell(m: re.Match) -> str:
+        whole, top, bottom = m.group(1), int(m.group(2)), int(m.group(3))
+        part = HINDI_PARTS.get((top, bottom), f"{cardinal(top)} बटा {cardinal(bottom)}")
+        if whole is None:
+            return part
+        if (top, bottom) == (1, 2):
+            return HINDI_AND_A_HALF.get(int(whole), f"साढ़े {cardinal(int(whole))}")
+        return f"{cardinal(int(whole))} और {part}"
+
+    return FRACTION.sub(spell, text)
