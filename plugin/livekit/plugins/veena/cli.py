@@ -147,7 +147,7 @@ async def _clone(args: argparse.Namespace) -> int:
     wav = Path(args.reference).read_bytes()
     pipeline = loading.load_pipeline(model, profile=args.profile)  # the engine is never started
     try:
-        saved = await clone_voice(pipeline, wav, model=model)
+        saved = await clone_voice(pipeline, wav, model=model, text=args.text)
     except ValueError as e:  # no speaker encoder for this model, or a checkpoint without one
         raise VoiceFileError(str(e)) from None
     finally:
@@ -211,8 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     capture.add_argument("--seed", type=int, default=None)
 
     clone = voice_sub.add_parser("clone", help="a voice from a reference clip (WAV, 1-30 s): "
-                                               "the speaker encoder's 32 globals, no engine")
+                                               "the codec encoder's speaker tokens (BiCodec: "
+                                               "32 globals; NeuTTS: the clip's codes and "
+                                               "--text), no engine")
     clone.add_argument("reference", help="the reference clip (.wav)")
+    clone.add_argument("--text", default=None,
+                       help="what the clip says, word for word (NeuTTS: required; a "
+                            "3-15 s clip fits the model's 2048-token context best)")
     clone.add_argument("-o", "--output", required=True, help="the voice file (.json)")
     clone.add_argument("--model", default=None)
     clone.add_argument("--profile", default=None)

@@ -167,6 +167,15 @@ class ModelFamily:
         check_cloned_voice(checked, globals_)
         return checked, globals_
 
+    def cloned_voice(self, transcript: str | None) -> str:
+        """The voice string of a clone (``voices.files.clone_voice``) whose clip says
+        ``transcript``: ``CLONED_VOICE`` here, where a clone is its speaker tokens alone (a
+        transcript is refused, never silently dropped)."""
+        if transcript is not None:
+            raise ValueError(f"model profile {self.profile.name} clones from the clip alone: "
+                             "it takes no transcript")
+        return CLONED_VOICE
+
     def adapter_voice(self, adapter: str) -> str:
         """The voice a request speaks when its voice names LoRA adapter ``adapter``: the
         profile's default here (a description, globals or a controllable voice come from a

@@ -200,21 +200,25 @@ async def capture_voice(pipeline: Any, text: str, voice: str, *, seed: int | Non
                      tuple(syn.speaker_globals))
 
 
-async def clone_voice(pipeline: Any, wav: bytes, *, model: str | None = None) -> VoiceFile:
-    """A voice from a reference clip (WAV bytes): its 32 speaker globals from the codec's
-    speaker encoder, spoken with no speaker prompt (``CLONED_VOICE``). The clip is checked
-    first (``reference_clip.ReferenceClipError``); parsing, resampling and the encoder run off
-    the event loop."""
+async def clone_voice(pipeline: Any, wav: bytes, *, model: str | None = None,
+                      text: str | None = None) -> VoiceFile:
+    """A voice from a reference clip (WAV bytes): the speaker tokens of the codec's encoder
+    (BiCodec: 32 globals, spoken with no speaker prompt, ``CLONED_VOICE``; NeuTTS: the clip's
+    codes, spoken after ``text``, what the clip says). The transcript and the clip are checked
+    first (ValueError, ``reference_clip.ReferenceClipError``); parsing, resampling and the
+    encoder run off the event loop."""
     import asyncio
 
     from .reference_clip import load_reference_clip
 
-    if not pipeline.family.has_speaker_globals:
+    family = pipeline.family
+    if not family.has_speaker_globals:
         raise VoiceFileError(f"model profile {pipeline.profile.name} has no speaker tokens: "
                              "its voices are speaker prompts only, nothing to clone into")
+    voice = family.cloned_voice(text)
     loop = asyncio.get_running_loop()
     encoder = await loop.run_in_executor(None, speaker_encoder, pipeline)
     clip = await loop.run_in_executor(None, load_reference_clip, wav, encoder.sample_rate)
     ids = await loop.run_in_executor(None, encoder.encode, clip.samples)
-    return VoiceFile(pipeline.profile.name, model or pipeline.engine.options.model, CLONED_VOICE,
-                     pipeline.family.check_globals(ids))
+    voice, codes = family.check_voice(voice, ids)
+    return VoiceFile(pipeline.profile.name, model or pipeline.engine.options.model, voice, codes)

@@ -22,7 +22,7 @@ from ...pipeline.family import DecodeShape, InvalidGlobalsError, ModelFamily, re
 from ...pipeline.pacing import PacingOptions
 from ...pipeline.parsing import KIND_SEMANTIC, KIND_STOP, ParseStats, TokenTable
 from ...pipeline.windowing import Window, WindowOptions
-from ..profiles.neucodec import NO_REFERENCE, NeuCodecProfile
+from ..profiles.neucodec import NO_REFERENCE, NeuCodecProfile, check_transcript
 
 
 def speech_token_table(profile: NeuCodecProfile, vocab: Mapping[str, int]) -> TokenTable:
@@ -163,6 +163,13 @@ class NeuCodecFamily(ModelFamily):
                              "voice is a reference clip's codes and transcript (a voice file "
                              "or a saved voice: veena-tts voice clone CLIP --text ...)")
         return transcript, codes
+
+    def cloned_voice(self, transcript: str | None) -> str:
+        """A clone is its clip's codes and what the clip says: the transcript is required."""
+        if transcript is None or not check_transcript(transcript):
+            raise ValueError(f"a {self.profile.name} voice needs the reference clip's "
+                             "transcript: what the clip says, word for word (--text)")
+        return check_transcript(transcript)
 
     def check_globals(self, global_ids: Sequence[int]) -> tuple[int, ...]:
         try:
