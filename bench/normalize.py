@@ -9,6 +9,7 @@ before timing.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -62,7 +63,9 @@ def main() -> None:
                          "ms_p99": float(np.percentile(times, 99))})
     report("normalize", rows, {"grammars": "nemo-text-processing" if grammars.available()
                                else "not installed: the project's own rules only",
-                               "repeat": args.repeat})
+                               "repeat": args.repeat,
+                               # other work on the machine slows the grammars: say how much
+                               "load_average_1min": round(os.getloadavg()[0], 2)})
 
 
 if __name__ == "__main__":
