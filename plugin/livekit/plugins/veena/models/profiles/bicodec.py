@@ -50,8 +50,9 @@ class BiCodecProfile(VoiceChecks):
     constrained: bool = True
     # the most tokens one request may generate (None: only the per-text budget)
     max_new_tokens: int | None = None
-    # the languages its text is normalised in (``normalization``; the first also reads text of
-    # no known script) and the locale that orders dates and groups digits
+    # the languages its text is normalised in (``normalization``; text of no known script is
+    # read in the locale's language where listed, else the first) and the locale that orders
+    # dates and groups digits
     languages: tuple[str, ...] = ("en",)
     locale: str = "en-US"
     # the runaway guard's seconds of audio per character of text (``pipeline.guards``): about

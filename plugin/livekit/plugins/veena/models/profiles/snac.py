@@ -52,8 +52,9 @@ class SnacProfile(VoiceChecks):
     # min(int(len(text) * a) * b + c, d): a chunk's default budget is at most this (a
     # max_tokens the caller gives is theirs)
     card_max_new_tokens: tuple[float, int, int, int] | None = None
-    # the languages its text is normalised in (``normalization``; the first also reads text of
-    # no known script) and the locale that orders dates and groups digits
+    # the languages its text is normalised in (``normalization``; text of no known script is
+    # read in the locale's language where listed, else the first) and the locale that orders
+    # dates and groups digits
     languages: tuple[str, ...] = ("en",)
     locale: str = "en-US"
     # the runaway guard's seconds of audio per character of text (``pipeline.guards``): about
