@@ -120,10 +120,42 @@ def lora(r: dict):
                  [x["throughput_vs_lora_off"] for x in rows], "tokens/s relative to LoRA off")
 
 
+def neucodec_stream(r: dict):
+    """Neuphonic's streaming decode against ours: work, error and gaps, each scheme's runs."""
+    rows = r["rows"]
+    fig, axes = plt.subplots(1, 3, figsize=(9.6, 3.4), layout="constrained")
+    fig.suptitle("NeuCodec streaming decode, same full-size random weights: Neuphonic's "
+                 "windows against ours", fontsize=11)
+    axes[1].set_title(_caption(r), fontsize=7, color="0.4")
+    names = list(dict.fromkeys(x["scheme"].split(" first")[0].replace(" ramp", "").replace(
+        " paced", "") for x in rows))
+
+    def of(name: str, key: str, live: bool) -> list[float]:
+        return [x[key] for x in rows if x["scheme"].startswith(name)
+                and (x["rate_x_realtime"] != "offline") == live]
+
+    first = {n: of(n, "first_audio_codes", False)[0] for n in names}
+    labels = [f"{n}\n(first audio after {first[n]} codes)" for n in names]
+    for ax, key, live, xlabel in (
+            (axes[0], "decoded_per_kept", False, "decoded frames per kept frame"),
+            (axes[1], "rel_rms_err", False, "relative RMS error vs one pass"),
+            (axes[2], "gap_s_after_first_audio", True, "gaps heard at 1x (s per run)")):
+        for i, n in enumerate(names):
+            values = of(n, key, live)
+            ax.scatter(values, [i] * len(values), s=30, color=f"C{i}")
+            ax.barh(i, sum(values) / len(values), alpha=0.35, color=f"C{i}")
+        ax.set_yticks(range(len(names)), labels if ax is axes[0] else [""] * len(names),
+                      fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.grid(alpha=0.3)
+    return fig
+
+
 FIGURES: dict[str, Callable] = {
     "server_load": server_load, "scheduler": scheduler, "snac_decode": snac_decode,
     "guards_pipeline": guards_pipeline, "guards_each": guards_each, "parser": parser,
-    "lora": lora,
+    "lora": lora, "neucodec_stream": neucodec_stream,
 }
 
 

@@ -223,3 +223,21 @@ def test_guards_bench_reports_each_guard_and_the_pipeline_on_and_off():
     on, off = _rows("guards_pipeline")
     assert (on["guards"], off["guards"], on["streams"]) == ("on", "off", 4)
     assert on["added_ms_per_audio_s"] == on["cpu_ms_per_audio_s"] - off["cpu_ms_per_audio_s"]
+
+
+def test_neucodec_stream_bench_compares_neuphonics_windows_with_ours():
+    """Offline rows only are judged (their schedules do not depend on the clock): Neuphonic
+    decodes over 3x per kept frame, its first audio waits for 30 codes and its last chunk
+    lands a frame late (one frame more audio, a larger error); ours keeps the stream's
+    length and starts after first + right codes."""
+    _run(sys.executable, "bench/neucodec_stream.py", "--tiny", "--frames", "150",
+         "--ref-frames", "60", "--rates", "4.0")
+    theirs, ours, theirs_live, ours_live = _rows("neucodec_stream")
+    assert theirs["first_audio_codes"] == 30 and ours["first_audio_codes"] == 20 + 5
+    assert theirs["decoded_per_kept"] > 3.0 and ours["decoded_per_kept"] < 2.0
+    assert theirs["audio_samples"] == theirs["one_pass_samples"] + 480
+    assert ours["audio_samples"] == ours["one_pass_samples"]
+    assert ours["rel_rms_err"] < theirs["rel_rms_err"]
+    for row in (theirs_live, ours_live):
+        assert row["rate_x_realtime"] == 4.0 and row["gap_s_after_first_audio"] >= 0
+        assert 0 < row["rel_rms_err"] < 1
