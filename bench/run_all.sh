@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PYTHONPATH="$PWD/bench"
-for b in snac_decode bicodec_stream parser scheduler e2e server_load control_plane vllm_frontend guards \
+for b in snac_decode bicodec_stream neucodec_stream parser scheduler e2e server_load control_plane vllm_frontend guards \
     engine_sharing; do
   .venv/bin/python "bench/$b.py"
 done
