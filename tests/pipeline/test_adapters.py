@@ -130,3 +130,36 @@ async def test_a_request_starved_of_an_adapter_slot_times_out(tmp_path):
         busy.cancel()
         await asyncio.gather(busy, return_exceptions=True)
         await pipeline.aclose()
+
+
+async def test_a_turn_keeps_the_adapter_it_began_with_when_it_is_removed(tmp_path):
+    """Removed while a turn speaks with it: the turn's later chunks still carry it (they
+    looked it up by name: "unknown adapter"), a new turn is refused, and its files go once
+    the turn ends."""
+    from ..fakes import fake_pipeline
+
+    async with fake_pipeline() as p:
+        p.engine.adapters.free_after_s = 0
+        acme = p.engine.adapters.add(_adapter(tmp_path))
+        removed = asyncio.Event()
+
+        async def chunks():
+            yield "Hello there."
+            await removed.wait()
+            yield "How are you today?"
+
+        opts = TurnOptions(voice="acme", adapter="acme", sampling=replace(
+            p.sampling.defaults(), max_tokens=28))
+        turn = asyncio.create_task(Turn(p, opts).speak(chunks(), lambda pcm: None))
+        for _ in range(2000):  # a hang guard: until its first request went out
+            if p.engine.adapters_asked:
+                break
+            await asyncio.sleep(0.01)
+        p.engine.adapters.remove("acme")
+        removed.set()
+        await asyncio.wait_for(turn, 60)
+        assert p.engine.adapters_asked == ["acme", "acme"]
+        assert not (tmp_path / "acme-7").exists()  # freed after the turn
+        with pytest.raises(ValueError, match="unknown adapter"):
+            await Turn(p, opts).speak(chunks(), lambda pcm: None)
+        assert acme.name not in p.engine.adapters
