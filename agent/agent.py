@@ -14,11 +14,11 @@ import os
 
 from livekit.agents import (
     Agent,
+    AgentServer,
     AgentSession,
     APIError,
     JobContext,
     JobProcess,
-    WorkerOptions,
     cli,
 )
 from livekit.agents.types import NOT_GIVEN
@@ -79,6 +79,10 @@ async def _tags(tts: veena.TTS) -> tuple[str, ...]:
         return tts.tags
 
 
+server = AgentServer(setup_fnc=prewarm)
+
+
+@server.rtc_session()
 async def entrypoint(ctx: JobContext) -> None:
     tts = build_tts()
     tts.prewarm()
@@ -92,4 +96,4 @@ async def entrypoint(ctx: JobContext) -> None:
 
 
 if __name__ == "__main__":
-    cli.run_app(WorkerOptions(entrypoint_fnc=entrypoint, prewarm_fnc=prewarm))
+    cli.run_app(server)

@@ -18,7 +18,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 else
   need=()
   "$PY" -c "import snac" 2>/dev/null || need+=("snac==1.2.1")
-  "$PY" -c "import livekit.agents" 2>/dev/null || need+=("livekit-agents==1.8.9")
+  "$PY" -c "import livekit.agents" 2>/dev/null || need+=("livekit-agents>=1.7.0,<2")
   "$PY" -c "import prometheus_client" 2>/dev/null || need+=("prometheus-client")
   "$PY" -c "import vllm" 2>/dev/null || need+=("vllm==0.32.0")
   if [ ${#need[@]} -gt 0 ]; then "$PY" -m pip install -q "${need[@]}" || exit 1; fi

@@ -33,6 +33,19 @@ def test_components_from_env(agent_module, monkeypatch):
         agent_module.build_tts()
 
 
+def test_the_agent_runs_on_an_agent_server(agent_module):
+    """livekit-agents' current entry (``AgentServer``, ``rtc_session``), not the deprecated
+    ``WorkerOptions``: the server holds the entrypoint and runs prewarm in each process."""
+    from livekit.agents import AgentServer
+
+    server = agent_module.server
+    assert isinstance(server, AgentServer)
+    assert server.setup_fnc is agent_module.prewarm
+    with pytest.raises(RuntimeError, match="only one rtc_session"):  # its entry is taken
+        server.rtc_session(agent_module.entrypoint)
+    assert "WorkerOptions" not in AGENT.read_text()
+
+
 def test_prewarm_loads_silero(agent_module):
     class Proc:
         userdata: dict = {}
