@@ -76,6 +76,9 @@ def download_model(model: str | None = None, *, profile: str | ModelProfile | No
         raise DownloadError(f"the codec folder {codec!r} of profile {prof.name!r} is not in "
                             f"{model!r}; set VEENA_CODEC_MODEL to its location")
     folders.append(_snapshot(codec, endpoint=endpoint, cache_dir=cache_dir))
+    # what cloning reads beside the codec (NeuCodec's encoder: w2v-bert-2.0)
+    for extra in getattr(prof, "encoder_models", ()):
+        folders.append(_snapshot(extra, endpoint=endpoint, cache_dir=cache_dir))
     return folders
 
 

@@ -71,9 +71,9 @@ def write_neutts_tokenizer(profile: NeuCodecProfile, out: Path) -> tuple[int, ra
 
 
 def make_neucodec_model(profile: NeuCodecProfile, out: Path, seed: int) -> None:
-    """Tokenizer, tiny Qwen2 and tiny codec (``codec_model`` folder) into ``out``."""
+    """Tokenizer, tiny Qwen2 and tiny codec (its ``neucodec`` folder) into ``out``."""
     from ..codecs.neucodec import write_tiny_checkpoint
 
     vocab_size, speech = write_neutts_tokenizer(profile, out)
     _qwen2(vocab_size, out, _FIRST + QWEN2_SPECIAL.index("<|endoftext|>"), speech, seed)
-    write_tiny_checkpoint(out / profile.codec_model, seed=seed)
+    write_tiny_checkpoint(out / "neucodec", seed=seed)

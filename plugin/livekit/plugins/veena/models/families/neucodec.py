@@ -121,10 +121,21 @@ class NeuCodecFamily(ModelFamily):
 
     def load_codec(self, codec_model: str, device: str, *, cuda_graphs: bool = False,
                    streaming: bool = False) -> Codec:
-        """NeuCodec decodes bounded windows (its decoder attends over the whole window)."""
+        """NeuCodec decodes bounded windows (its decoder attends over the whole window);
+        XCodec2 (Llasa) is the same decoder at 16 kHz, hop 320."""
         from ...codecs.neucodec import NeuCodecCodec
+        from ...codecs.neucodec_model import XCODEC2_CONFIG
 
-        return NeuCodecCodec.load(codec_model, device=device)
+        config = XCODEC2_CONFIG if self.profile.codec_variant == "xcodec2" else None
+        codec = NeuCodecCodec.load(codec_model, device=device, cuda_graphs=cuda_graphs,
+                                   config=config)
+        if (codec.sample_rate, codec.samples_per_step) != (self.profile.sample_rate,
+                                                           self.profile.samples_per_token):
+            raise ValueError(f"codec checkpoint {codec_model} decodes {codec.sample_rate} Hz "
+                             f"at hop {codec.samples_per_step}; profile {self.profile.name} "
+                             f"needs {self.profile.sample_rate} Hz at hop "
+                             f"{self.profile.samples_per_token}")
+        return codec
 
     def load_speaker_encoder(self, codec_model: str, device: str) -> Any:
         """A reference clip -> its codes (``voice clone``)."""

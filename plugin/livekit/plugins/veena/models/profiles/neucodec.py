@@ -70,7 +70,12 @@ class NeuCodecProfile:
     # a reference shorter than this many codes is refused (about 1 s)
     min_reference_codes: int = 50
     codec: str = "neucodec"
-    codec_model: str = "neucodec"
+    # the codec checkpoint (a hub id, or a folder of that name beside the model's weights)
+    codec_model: str = "neuphonic/neucodec"
+    # its decoder's layout: "neucodec" (24 kHz, hop 480) or "xcodec2" (16 kHz, hop 320)
+    codec_variant: str = "neucodec"
+    # what cloning needs beside the codec checkpoint (``download-files`` fetches them)
+    encoder_models: tuple[str, ...] = ("facebook/w2v-bert-2.0",)
     sample_rate: int = 24000
     samples_per_token: int = 480
     tokens_per_second: float = 50.0
@@ -174,7 +179,8 @@ LLASA = NeuCodecProfile(
     speech_start="<|SPEECH_GENERATION_START|>",
     stop_tokens=("<|SPEECH_GENERATION_END|>",),
     speech_token_format="<|s_{}|>",
-    codec_model="xcodec2",
+    codec_model="HKUSTAudio/xcodec2",
+    codec_variant="xcodec2",
     sample_rate=16000,
     samples_per_token=320,
     model_ids=("HKUSTAudio/Llasa-1B", "HKUSTAudio/Llasa-3B", "HKUSTAudio/Llasa-8B"),
