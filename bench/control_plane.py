@@ -661,6 +661,9 @@ if __name__ == "__main__":
     ap.add_argument("--clients-offer-deflate", action="store_true",
                     help="clients offer permessage-deflate (as browsers and `websockets` do)")
     ap.add_argument("--frames", type=int, default=60, help="frames per engine request")
+    ap.add_argument("--first-sentence", default=SENTENCES[0],
+                    help="the streams' first sentence (a short one puts the fake's --frames "
+                         "past its runaway bound: the guard then cuts every stream)")
     ap.add_argument("--chunks", type=int, choices=[1, 2], default=1,
                     help="text chunks (engine requests) per stream, one after the other")
     ap.add_argument("--queued-output-steps", type=int,
@@ -710,6 +713,7 @@ if __name__ == "__main__":
         sys.exit(0)
     COUNT_CALLBACKS = args.count_callbacks
     CHUNKS, QUEUED_OUTPUT_STEPS = args.chunks, args.queued_output_steps
+    SENTENCES = (args.first_sentence, *SENTENCES[1:])
     POOLED = args.connections == "pooled"
     if args.alone_runs < 1:
         ap.error("--alone-runs must be at least 1")

@@ -64,8 +64,8 @@ class SamplingPolicy:
         room = max(1, self._max_model_len - prompt_len)
         if bound_steps is None:
             return room
-        steps = self._family.round_budget((bound_steps + 1) * self._family.tokens_per_step())
-        return max(1, min(steps + self._allowance(), room))
+        tokens = (bound_steps + 1) * self._family.tokens_per_step() + self._allowance()
+        return max(1, min(self._family.round_budget(tokens), room))
 
     def card_cap(self, text: str) -> int:
         """The model card's own cap on one request's new tokens, as its reference applies it
