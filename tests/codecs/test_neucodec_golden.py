@@ -3,7 +3,7 @@
 published layout. ``NeuCodec.decode_code``: loaded here through the codec's loader and
 decoded through the codec's ``decode``, as the pipeline does, relative RMS <= 1e-5.
 ``NeuCodec.encode_code``: each clip's codes all equal, and the quantizer's input within
-1e-5 (so a code is not equal by luck of rounding)."""
+1e-5 (so a code is not equal by luck of rounding). XCodec2's ``decode_code`` likewise."""
 
 from __future__ import annotations
 
@@ -81,3 +81,15 @@ def test_encoder_codes_equal_neucodec(encoder, golden, clip):
     assert rel_rms(captured[-1], golden[f"{clip}_project_in"]) <= 1e-5
     np.testing.assert_array_equal(codes, golden[f"{clip}_codes"])
     assert codes.dtype == np.int64 and len(codes) == CASES["clips"][clip]["frames"]
+
+
+def test_xcodec2_is_the_same_decoder_at_16khz():
+    """Llasa's XCodec2: ``xcodec2`` 0.1.5's ``XCodec2Model.decode_code`` on the same reduced
+    sizes at hop 320, its checkpoint as safetensors: the same port, its sizes from the folder."""
+    folder = GOLDEN.parent / "xcodec2"
+    codec = NeuCodecCodec.load(str(folder))
+    assert (codec.sample_rate, codec.samples_per_step) == (16000, 320)
+    with np.load(folder / "golden.npz") as data:
+        codes, want = data["codes"], data["audio"]
+    got = codec.decode([CodecInput(codes=row, start_step=0, seed=0) for row in codes])
+    assert rel_rms(np.stack(got), want) <= 1e-5

@@ -9,7 +9,8 @@ hand, once, when the golden files must change (then commit ``tests/golden/neucod
     /tmp/side-env-neucodec/bin/pip install numpy einops einx transformers==5.19.0 safetensors \
         soundfile                                                  # .venv's transformers
     /tmp/side-env-neucodec/bin/pip install --no-deps neucodec==0.0.6 \
-        vector-quantize-pytorch==1.17.8 torchtune==0.6.1 local_attention hyper-connections
+        vector-quantize-pytorch==1.17.8 torchtune==0.6.1 local_attention hyper-connections \
+        xcodec2==0.1.5
     /tmp/side-env-neucodec/bin/python tests/golden/make_neucodec_golden.py
 
 Only ``torchtune.modules`` (its rotary embedding) is imported from torchtune, and nothing from
@@ -27,6 +28,8 @@ What it writes into ``tests/golden/neucodec/`` (well under 1 MB):
   random weights with every norm's scale and bias perturbed, rounded to float16 and stored as
   float16 (the official code computes in float32 on exactly those values);
 - ``veena_codec.json``: those sizes, for the project's loader;
+- ``../xcodec2/``: the same for XCodec2 (``xcodec2`` 0.1.5's ``XCodec2Model.decode_code``, 16 kHz,
+  hop 320), its checkpoint as ``model.safetensors``;
 - ``golden.npz`` + ``cases.json``: codes and the official ``decode_code`` audio for each case,
   and the rotary-embedding check: the same decode with the rotary embedding replaced by the
   identity, and its relative RMS difference from the official output (and, for contrast, the
@@ -173,6 +176,40 @@ def _encode_clips(model: nn.Module, g: torch.Generator, arrays: dict) -> dict:
     return clips
 
 
+def _xcodec2(g: torch.Generator) -> None:
+    """XCodec2 (Llasa's codec, ``xcodec2`` 0.1.5): the same decoder at 16 kHz, hop 320, its
+    ``XCodec2Model.decode_code`` on the same reduced sizes, the checkpoint as safetensors
+    (its published format) in ``tests/golden/xcodec2/``."""
+    from safetensors.torch import save_file
+    from xcodec2.modeling_xcodec2 import XCodec2Model
+    from xcodec2.vq.codec_decoder_vocos import CodecDecoderVocos
+
+    sizes = {**SIZES, "hop_length": 320, "sample_rate": 16000}
+    model = XCodec2Model.__new__(XCodec2Model)
+    nn.Module.__init__(model)
+    model.generator = CodecDecoderVocos(hidden_dim=sizes["hidden_dim"], depth=sizes["depth"],
+                                        heads=sizes["heads"], pos_meb_dim=16,
+                                        hop_length=sizes["hop_length"], vq_dim=sizes["vq_dim"])
+    model.fc_post_a = nn.Linear(sizes["vq_dim"], sizes["hidden_dim"])
+    model.eval()
+    _perturb(model, g)
+    out = OUT.parent / "xcodec2"
+    out.mkdir(parents=True, exist_ok=True)
+    params = dict(model.named_parameters())
+    save_file({k: (v.half() if k in params else v).contiguous()
+               for k, v in model.state_dict().items()}, str(out / "model.safetensors"))
+    (out / "veena_codec.json").write_text(json.dumps(sizes, indent=1) + "\n")
+    codes = torch.randint(0, 65536, (2, 1, 40), generator=g)
+    with torch.inference_mode():
+        audio = model.decode_code(codes)  # the official method, [B, 1, T]
+    np.savez_compressed(out / "golden.npz", codes=codes[:, 0].numpy().astype(np.int64),
+                        audio=audio[:, 0].numpy().astype(np.float32))
+    (out / "cases.json").write_text(json.dumps(
+        {"xcodec2": "0.1.5", "torch": torch.__version__, "seed": SEED, "sizes": sizes,
+         "audio_shape": list(audio.shape), "audio_rms": _rms(audio)}, indent=1) + "\n")
+    logger.info("xcodec2: %s", list(audio.shape))
+
+
 def _rms(a: torch.Tensor) -> float:
     return float(a.double().pow(2).mean().sqrt())
 
@@ -220,6 +257,7 @@ def main() -> None:
             logger.info("%s: %s", name, cases[name])
         clips = _encode_clips(model, g, arrays)
     np.savez_compressed(OUT / "golden.npz", **arrays)
+    _xcodec2(g)  # after everything above, so their golden files stay as they were
     (OUT / "cases.json").write_text(json.dumps(
         {"neucodec": "0.0.6", "vector_quantize_pytorch": "1.17.8", "torchtune": "0.6.1",
          "torch": torch.__version__, "transformers": transformers.__version__, "seed": SEED,
