@@ -92,7 +92,8 @@ class NeuCodecConfig:
 
 
 XCODEC2_CONFIG = NeuCodecConfig(hop_length=320, sample_rate=16000)
-"""XCodec2 (Llasa): the same decoder at 16 kHz, hop 320 (not checked against its package)."""
+"""XCodec2 (Llasa): the same decoder at 16 kHz, hop 320 (``xcodec2`` 0.1.5's golden output:
+``tests/codecs/test_neucodec_golden.py``)."""
 
 
 class _RMSNorm(nn.Module):
