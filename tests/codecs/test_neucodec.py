@@ -90,3 +90,18 @@ def test_a_bad_size_file_is_refused(tiny_dir, tmp_path, bad):
     (tmp_path / "pytorch_model.bin").write_bytes((tiny_dir / "pytorch_model.bin").read_bytes())
     with pytest.raises(ValueError, match=CONFIG_FILE):
         NeuCodecCodec.load(str(tmp_path))
+
+
+def test_tensors_the_decoder_does_not_use_are_ignored_with_a_warning(tiny_dir, tmp_path, caplog):
+    """The reference loads non-strictly; a published checkpoint may carry more (e.g. a
+    rotary embedding's saved frequencies)."""
+    state = torch.load(tiny_dir / "pytorch_model.bin", weights_only=True)
+    state["generator.backbone.transformers.0.att.rotary_embed.freqs"] = torch.zeros(8)
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    (tmp_path / CONFIG_FILE).write_text((tiny_dir / CONFIG_FILE).read_text())
+    codes = np.arange(6)
+    with caplog.at_level("WARNING"):
+        loaded = NeuCodecCodec.load(str(tmp_path))
+    assert "does not use" in caplog.text
+    np.testing.assert_array_equal(loaded.decode([window(codes)])[0],
+                                  NeuCodecCodec.load(str(tiny_dir)).decode([window(codes)])[0])
