@@ -30,7 +30,7 @@ def gated_clone(monkeypatch):
     gate = asyncio.Event()
     calls = []
 
-    async def clone(pipeline, data):
+    async def clone(pipeline, data, text=None):
         calls.append(data)
         await gate.wait()
         return _voice(int(data))
@@ -101,7 +101,7 @@ async def test_a_voice_saved_on_one_replica_is_usable_on_another(tmp_path, monke
     """Two servers share VEENA_VOICES_DIR behind one load balancer: a voice uploaded to A is
     listed and spoken by B (B knew only the folder as it was at its start: "unknown voice",
     and the name listed nowhere while B refused it as taken)."""
-    async def clone(pipeline, data):
+    async def clone(pipeline, data, text=None):
         return VoiceFile("veena", "fake", "kavya", None, seed=7)
 
     monkeypatch.setattr(voice_routes, "clone_voice", clone)

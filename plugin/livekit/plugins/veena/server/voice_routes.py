@@ -89,7 +89,8 @@ async def _read_upload(request: web.Request, limit: int) -> bytes | web.Response
 
 async def clone(request: web.Request) -> web.Response:
     """``POST /v1/voices``: a WAV reference clip in, a voice file (JSON) out; with
-    ``?name=NAME`` it is also saved in ``VEENA_VOICES_DIR`` and usable by that name."""
+    ``?name=NAME`` it is also saved in ``VEENA_VOICES_DIR`` and usable by that name. A model
+    whose voice is a reference (NeuTTS) also needs ``?text=`` (what the clip says)."""
     state = server_state(request)
     name = request.query.get("name")
     if name is not None:
@@ -115,7 +116,7 @@ async def _clone_and_save(request: web.Request, name: str | None) -> web.Respons
         return data
     async with state.voices.clone_lock:  # one clone at a time beside the decode work
         try:
-            saved = await clone_voice(state.pipeline, data)
+            saved = await clone_voice(state.pipeline, data, text=request.query.get("text"))
         except ReferenceClipError as e:
             return json_error(_CLIP_CODES[e.reason], str(e))
         except ValueError as e:  # no speaker encoder: another family, or a checkpoint without

@@ -1,0 +1,115 @@
+"""NeuTTS on the server's surfaces, over a scripted engine and the real tiny NeuCodec (its
+encoder too): ``POST /v1/voices?name=...&text=...`` clones a voice from a clip and what it
+says; the OpenAI route and the WebSocket then speak it by name at 24 kHz; a clone without
+its transcript, an unknown voice and a reference too long for the context are HTTP 400s."""
+
+import io
+import json
+import shutil
+import wave
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import pytest
+
+from livekit.plugins.veena.codecs.neucodec import NeuCodecCodec
+from livekit.plugins.veena.models.profiles import NEUTTS
+from livekit.plugins.veena.pipeline.guards import GuardOptions
+from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
+from livekit.plugins.veena.server.app import ServerOptions
+
+from ..fakes import ScriptedEngine
+from ..servers import serve
+from ..voices.test_neutts_clone import wav_bytes
+
+GOLDEN_CODEC = Path(__file__).parents[1] / "golden" / "neucodec"
+SAID = "This is the reference clip, read aloud."
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_neutts_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_neutts_dir)
+
+
+@pytest.fixture
+async def server(tokenizer, tmp_path):
+    base = tokenizer.convert_tokens_to_ids("<|speech_0|>")
+    end = tokenizer.convert_tokens_to_ids("<|SPEECH_GENERATION_END|>")
+    codes = np.random.default_rng(1).integers(0, 65536, 60)
+    engine = ScriptedEngine([[base + int(c) for c in codes] + [end]], delta=5)
+    engine.tokenizer = tokenizer
+    codec_dir = tmp_path / "neucodec"
+    shutil.copytree(GOLDEN_CODEC, codec_dir)
+    p = Pipeline(engine, NeuCodecCodec.load(str(codec_dir)), NEUTTS,
+                 PipelineOptions(freeze_gc_heap=False, guards=GuardOptions(silence_s=0.0)))
+    p.codec_model = str(codec_dir)  # where its encoder is read (load_pipeline sets it)
+    async with serve(p, ServerOptions(voices_dir=str(tmp_path / "voices"))) as url:
+        yield url, engine
+    await p.aclose()
+
+
+async def test_clone_by_name_then_speak_it_over_openai_and_websocket(server):
+    url, engine = server
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{url}/v1/voices", data=wav_bytes(2.0),
+                          params={"name": "me", "text": SAID}) as r:
+            assert r.status == 200, await r.text()
+            body = await r.json()
+        assert body["voice"] == SAID and len(body["speaker_globals"]) == 100
+        async with s.post(f"{url}/v1/audio/speech", json={
+                "model": "neutts", "input": "Hello over HTTP.", "voice": "me",
+                "response_format": "wav"}) as r:
+            assert r.status == 200, await r.text()
+            data = await r.read()
+        with wave.open(io.BytesIO(data)) as w:
+            assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 24000)
+            assert w.getnframes() == 60 * 480
+        start = engine.tokenizer.convert_tokens_to_ids("<|SPEECH_GENERATION_START|>")
+        prompt = engine.requests[-1][1]
+        base = engine.tokenizer.convert_tokens_to_ids("<|speech_0|>")
+        assert prompt[prompt.index(start) + 1:] == [base + c for c in body["speaker_globals"]]
+        async with s.ws_connect(url.replace("http://", "ws://") + "/v1/stream") as ws:
+            await ws.send_json({"type": "speak", "context_id": "a", "text": "Hello there.",
+                                "voice": "me", "continue": False})
+            audio, done = 0, None
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.BINARY:  # [1][b"a"][int16 PCM]
+                    assert msg.data[:2] == b"\x01a"
+                    audio += len(msg.data) - 2
+                else:
+                    event = json.loads(msg.data)
+                    if event["type"] in ("done", "cancelled", "error"):
+                        done = event
+                        break
+        assert done["type"] == "done", done
+        assert audio == 60 * 480 * 2  # int16 PCM at 24 kHz
+        ws_prompt = engine.requests[-1][1]
+        assert ws_prompt[ws_prompt.index(start) + 1:] == prompt[prompt.index(start) + 1:]
+
+
+@pytest.mark.parametrize("params, code", [
+    ({"name": "x"}, "cannot_clone"),  # no transcript
+    ({"name": "x", "text": "   "}, "cannot_clone"),
+])
+async def test_a_clone_without_its_transcript_is_a_400(server, params, code):
+    url, _ = server
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{url}/v1/voices", data=wav_bytes(2.0), params=params) as r:
+            assert r.status == 400 and (await r.json())["error"]["code"] == code
+
+
+async def test_unknown_voice_and_a_reference_too_long_are_400s(server, tmp_path):
+    url, _ = server
+    voices = tmp_path / "voices"
+    voices.mkdir(exist_ok=True)
+    (voices / "long.json").write_text(json.dumps({
+        "format_version": 1, "profile": "neutts", "model": "m", "voice": SAID,
+        "speaker_globals": [7] * 1900}))
+    async with aiohttp.ClientSession() as s:
+        for voice in ("nobody", "long"):
+            async with s.post(f"{url}/v1/audio/speech", json={
+                    "model": "neutts", "input": "Hello.", "voice": voice}) as r:
+                assert r.status == 400, (voice, await r.text())
