@@ -96,6 +96,15 @@ def hindi_year(year: int, cardinal: Callable[[int], str]) -> str:
     return cardinal(year)
 
 
+HINDI_YEAR = re.compile(r"((?:" + "|".join(MONTHS["hi"]) + r"|साल|सन्|सन|वर्ष)\s)(\d{4})(?!\d)")
+"""A year written after a Hindi month or the word for year (``15 अगस्त 1947``, ``सन् 1947``)."""
+
+
+def hindi_years(text: str, cardinal: Callable[[int], str]) -> str:
+    """Years as years after a month or साल (1947 -> उन्नीस सौ सैंतालीस, not a number)."""
+    return HINDI_YEAR.sub(lambda m: m.group(1) + hindi_year(int(m.group(2)), cardinal), text)
+
+
 HINDI_TIME = re.compile(r"(?<![\d:])(\d{1,2}):(\d{2})(?::(\d{2}))?(?![\d:])(\s*बजे)?")
 
 

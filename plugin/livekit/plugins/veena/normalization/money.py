@@ -122,12 +122,17 @@ def chinese_money(text: str) -> str:
             return m.group(0)
         amount = decimal.Decimal(_hindi_digits(f"{whole}.{frac or 0}"))
         amount *= SCALE_VALUES.get(scale, 1)
-        digits = format(amount.normalize(), "f") if amount % 1 else str(int(amount))
+        digits = _no_zero_fraction(format(amount, "f"))
         return chinese_number(digits) + CHINESE[code]
 
     text = YUAN.sub(lambda m: m.group(0) if len(m.group(1)) > MAX_DIGITS else
-                    chinese_number(m.group(1)) + "元", text)
+                    chinese_number(_no_zero_fraction(m.group(1))) + "元", text)
     return MONEY.sub(spell, text)
+
+
+def _no_zero_fraction(digits: str) -> str:
+    """``99.00`` as ``99``, ``99.50`` as ``99.5``: said as the amount, not its zeros."""
+    return digits.rstrip("0").rstrip(".") if "." in digits else digits
 
 
 def _hindi_digits(text: str) -> str:

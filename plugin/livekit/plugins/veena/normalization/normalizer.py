@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from . import grammars
-from .dates import hindi_times, impossible_dates, spell_dates
+from .dates import hindi_times, hindi_years, impossible_dates, spell_dates
 from .money import chinese_money, english_money, hindi_money
 from .numbers import (
     chinese_cardinal,
@@ -168,8 +168,8 @@ class TextNormalizer:
         if language == "en":
             body = english_numbers(body, self.indian)
         if language == "hi" and cardinal is not None:
-            body = hindi_numbers(hindi_fractions(hindi_times(body, cardinal), cardinal),
-                                 cardinal)
+            body = hindi_times(hindi_years(body, cardinal), cardinal)
+            body = hindi_numbers(hindi_fractions(body, cardinal), cardinal)
         body = ungroup(body)
         if grammars.available() and TRIGGER.search(body) and len(body) <= MAX_GRAMMAR_CHARS:
             body = _by_grammar(body, language)

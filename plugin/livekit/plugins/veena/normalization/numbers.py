@@ -116,10 +116,17 @@ ENGLISH_GROUPED = re.compile(r"(?<![\d,.$€£¥])(\d{1,2}(?:,\d{2})*,\d{3}|\d{1
 amount)."""
 
 
+SCALED = re.compile(r"(?<![\w.,$€£¥])(\d{1,3}(?:\.(\d{1,3}))?)(M|B|bn|mn|K)\b")
+"""A number with a scale letter (``1.5M``, ``3B``, ``250K``; not ``4K`` video): the grammar
+says "one dot five M"."""
+SCALE_WORDS = {"M": "million", "mn": "million", "B": "billion", "bn": "billion",
+               "K": "thousand"}
+
+
 def english_numbers(text: str, indian: bool) -> str:
     """Grouped numbers in English words, Indian (``1,50,000`` -> "one lakh fifty thousand")
     or international: the English grammar knows neither the Indian grouping nor lakh and
-    crore, and reads ``150000`` digit by digit."""
+    crore, and reads ``150000`` digit by digit; and numbers with a scale letter."""
     def spell(m: re.Match) -> str:
         if len(m.group(0)) > MAX_DIGITS:
             return m.group(0)
@@ -128,7 +135,16 @@ def english_numbers(text: str, indian: bool) -> str:
             words += " point " + " ".join(_ONES[int(d)] for d in m.group(2))
         return words
 
-    return ENGLISH_GROUPED.sub(spell, text)
+    def scaled(m: re.Match) -> str:
+        whole = m.group(1).partition(".")[0]
+        if m.group(3) == "K" and len(m.group(1)) < 2:  # 4K video, a 5K run: not thousands
+            return m.group(0)
+        words = english_cardinal(int(whole))
+        if m.group(2):
+            words += " point " + " ".join(_ONES[int(d)] for d in m.group(2))
+        return f"{words} {SCALE_WORDS[m.group(3)]}"
+
+    return SCALED.sub(scaled, ENGLISH_GROUPED.sub(spell, text))
 
 
 def chinese_cardinal(n: int) -> str:

@@ -29,7 +29,7 @@ def script_of(char: str) -> str | None:
 
 NUMBER_LETTERS = re.compile(
     r"(?i:(?<![A-Za-z])(?:Rs\.?|INR|USD|US(?=\$)|EUR|GBP)(?=\s?[\d$])|(?<![A-Za-z])v(?=\d+\.\d))"
-    r"|(?<=\d)\s?(?i:lakhs?|lacs?|crores?|crs?|mn|bn|[lkm])\b"
+    r"|(?<=\d)\s?(?i:lakhs?|lacs?|crores?|crs?)\b"
     r"|(?<=\d)(?:kg|km|cm|mm|ml|mg|g|l)\b")
 """Latin letters that are part of a number: a currency code before it, a scale or a unit
 after it (``5kg`` in Chinese is 五千克)."""

@@ -21,10 +21,12 @@ has a four-digit year and is read as a date first), or two after a ``v``."""
 POINT = {"en": " point ", "hi": " पॉइंट ", "zh": "点"}
 VERSION_WORD = {"en": "version ", "hi": "वर्ज़न ", "zh": "版本"}
 
-PHONE = re.compile(r"(?<![A-Za-z\d.,/-])(\+?)(\d{2,5}(?:-\d{2,8}){1,4})(?![A-Za-z\d/-]|[.,]\d)")
-"""Digits in hyphenated groups (``1800-22-3344``, ``010-12345678``, ``555-1234``); two groups
-are a phone number only after ``+``, from a leading zero, in the shape 3-4 or with ten digits
-(``5-7``, ``2024-25`` and ``2024-2025`` are not)."""
+PHONE = re.compile(r"(?<![A-Za-z\d.,/()-])(\+|\(\d{2,5}\) ?)?"
+                   r"(\d{2,5}(?:-\d{2,8}){1,4}(?: \d{2,8}){0,2})(?![A-Za-z\d/-]|[.,]\d)")
+"""Digits in hyphenated groups (``1800-22-3344``, ``010-12345678``, ``(555) 123-4567``,
+``022-2345 6789``); two groups are a phone number only after ``+`` or an area code in
+brackets, from a leading zero, in the shape 3-4 or with ten digits (``5-7``, ``2024-25`` and
+``2024-2025`` are not); a group after a space needs eight digits in all."""
 SPACED = re.compile(r"(?<![A-Za-z\d.,/-])(\+\d{1,3} )?(\d{2,5}(?: \d{2,5}){2,4})"
                     r"(?![A-Za-z\d/-]|[.,]\d)")
 """Three or more groups of digits between spaces (``1800 22 3344``, ``+1 555 123 4567``): a
@@ -47,7 +49,9 @@ TO = {"en": " to ", "hi": " से ", "zh": "到"}
 SIGN = re.compile(r"(?<![A-Za-z\d.,)\]/-])[-−](?=\d)")
 """A minus sign: before a digit, after neither a letter nor a digit (``5-7`` is a range)."""
 MINUS = {"en": "minus ", "hi": "माइनस "}
-SIGNED_ZH = re.compile(SIGN.pattern + r"(\d+(?:,\d{3})*(?:\.\d+)?)(?![\d,])")
+SIGNED_ZH = re.compile(SIGN.pattern + r"(\d+(?:,\d{3})*(?:\.\d+)?)(?![\d,])(℃|°C)?")
+"""A signed number in Chinese, with degrees Celsius after it where written (the grammar reads
+``-3℃`` only as a whole)."""
 
 
 def versions(text: str, language: str, cardinal: Cardinal) -> str:
@@ -67,12 +71,14 @@ def phones(text: str, language: str, country: str) -> str:
     them, as people do)."""
     def spell(m: re.Match, hyphens: bool) -> str:
         groups = re.split(r"[ -]", m.group(2))
-        if hyphens and len(groups) == 2 and not (
-                m.group(1) or groups[0].startswith("0") or sum(map(len, groups)) >= 10
-                or [len(g) for g in groups] == [3, 4]):
+        digits = sum(map(len, groups))
+        if hyphens and not (
+                m.group(1) or groups[0].startswith("0") or digits >= 10
+                or [len(g) for g in groups] == [3, 4]
+                or len(groups) >= 3 and (" " not in m.group(2) or digits >= 8)):
             return m.group(0)
         prefix = m.group(1) or ""
-        code = prefix.strip(" -+")  # a country code (+91, 86), where the pattern has one
+        code = prefix.strip(" -+()")  # a country or area code, where the pattern has one
         lead = (PLUS[language] if "+" in prefix else "") + (
             _digits(code, language, True) + GROUP_PAUSE[language] if code else "")
         return lead + GROUP_PAUSE[language].join(_digits(g, language, True) for g in groups)
@@ -96,7 +102,8 @@ def _digits(digits: str, language: str, phone: bool = False) -> str:
 def signs(text: str, language: str) -> str:
     """A minus sign before a number as the word (``-5,000`` -> "minus 5,000")."""
     if language == "zh":  # the Chinese grammar garbles 负5000: written out here
-        return SIGNED_ZH.sub(lambda m: "负" + chinese_number(m.group(1)), text)
+        return SIGNED_ZH.sub(lambda m: "负" + chinese_number(m.group(1))
+                             + ("摄氏度" if m.group(2) else ""), text)
     return SIGN.sub(MINUS[language], text)
 
 
