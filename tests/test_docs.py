@@ -1,5 +1,6 @@
 """The README stays short and points at pages that exist; the benchmark figures are drawn from
-the committed results by bench/plots.py, each naming its machine and date. (The site itself
+the committed results by bench/plots.py, each naming its machine and date, and the benchmark
+page names which results are committed and quotes them as they are. (The site itself
 is built with ``mkdocs build --strict`` by scripts/test.sh: before the tests, or with two
 lanes in the second one, before its tests.)"""
 
@@ -45,3 +46,32 @@ def test_plots_are_drawn_from_the_committed_results_with_their_machine_and_date(
         result = json.loads((ROOT / "bench/results" / f"{name}.json").read_text())
         svg = (tmp_path / f"{name}.svg").read_text()
         assert result["time"][:10] in svg  # the date of the run, on the figure
+
+
+def _result(name: str) -> list[dict]:
+    return json.loads((ROOT / "bench/results" / f"{name}.json").read_text())["rows"]
+
+
+def test_the_benchmark_page_names_which_results_are_committed_and_quotes_them():
+    page = " ".join((ROOT / "docs/benchmarks.md").read_text().split())
+    committed = sorted(p.stem for p in (ROOT / "bench/results").glob("*.json"))
+    listed = page.split("Committed, and", 1)[1].split("Not committed", 1)[0]
+    assert sorted(re.findall(r"`(\w+)`", listed)) == committed
+    for name in re.findall(r"`(\w+)\.json`", page):
+        assert name in committed, name
+    snac = {r["scheme"]: r["decoded_per_kept"] for r in _result("snac_decode")}
+    parser = _result("parser")[0]
+    guards = {r["guards"]: r["cpu_ms_per_audio_s"] for r in _result("guards_pipeline")}
+    norm = {(r["profile"], r["chunk"]): r["ms_p50"] for r in _result("normalize")}
+    quoted = [
+        f"classic Orpheus window {snac['classic 28/7 keep 2048:4096']:.1f}; ours windowed "
+        f"{snac['ours N=8 L=2 R=2']:.2f}; streamed {snac['ours streamed, 1 frame per call']:.1f}",
+        f"{parser['ours_ns_per_token'] / 1000:.2f} µs per token against "
+        f"{parser['baseline_ns_per_token'] / 1000:.0f} µs",
+        f"+{guards['on'] - guards['off']:.2f} ms of CPU per audio second at 64 streams "
+        f"({guards['off']:.2f} → {guards['on']:.2f})",
+        f"nothing to normalise {norm[('veena', 'plain')] * 1000:.0f} µs",
+        f"a time {norm[('veena', 'numbers')]:.0f} ms",
+    ]
+    missing = [q for q in quoted if q not in page]
+    assert not missing, missing
