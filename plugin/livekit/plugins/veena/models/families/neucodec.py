@@ -103,9 +103,10 @@ class NeuCodecTrack:
 class NeuCodecFamily(ModelFamily):
     codec = "neucodec"
     has_speaker_globals = True
-    # placeholders until the streaming benchmark (bench/) measures this codec's windows
-    decode_defaults = DecodeShape(WindowOptions(first=5, new=25, left=25, right=5),
-                                  PacingOptions(max_new=100))
+    # bench/neucodec_stream.py (full-size random NeuCodec, beside Neuphonic's scheme): 1.55x
+    # one pass's decode work, half the error of its 3.23x windows, first audio after 25 codes
+    decode_defaults = DecodeShape(WindowOptions(first=20, new=100, left=30, right=5),
+                                  PacingOptions(max_new=160))
     decode_env = "VEENA_NEUCODEC_WINDOW"
     profile: NeuCodecProfile
 
