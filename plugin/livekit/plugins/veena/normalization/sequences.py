@@ -1,8 +1,9 @@
-"""Numbers that are not quantities, read as people say them in each language: phone numbers
+"""Numbers that are not one quantity, read as people say them in each language: phone numbers
 digit by digit, versions part by part (``3.11.12`` is "three point eleven point twelve", not a
-date), and a minus sign as a word. The grammars read all three wrongly (a version as a date, a
-Chinese mobile as 138 billion, ``-5,000`` as "-five thousand" once our rules have read the
-digits), so they are written out here before a grammar sees them."""
+date), ranges with "to" (``5-7``), and a minus sign as a word. The grammars read them wrongly
+(a version as a date, a Chinese mobile as 138 billion, ``5-7`` as "five-seven", ``-5,000`` as
+"-five thousand" once our rules have read the digits), so they are written out here before a
+grammar sees them."""
 
 from __future__ import annotations
 
