@@ -46,6 +46,13 @@ def same_audio(got, want) -> bool:
     return bool(rel_rms < 2e-3 and np.abs(err).max() < 1e-2)
 
 
+def rel_rms(got, want) -> float:
+    """Relative RMS error of ``got`` against ``want`` (same shape), the golden tests' measure."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    return float(np.sqrt(np.mean((got - want) ** 2)) / np.sqrt(np.mean(want**2)))
+
+
 def record_voices(monkeypatch, pipeline) -> list:
     """Every (voice, speaker_globals) ``pipeline.synthesize`` is called with, from now on."""
     given = []

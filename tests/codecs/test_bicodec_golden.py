@@ -26,18 +26,12 @@ from livekit.plugins.veena.codecs.speaker_frontend import volume_normalize
 from livekit.plugins.veena.pipeline.windowing import WindowOptions
 from livekit.plugins.veena.voices.reference_clip import load_reference_clip
 
-from ..helpers import windowed_decode
+from ..helpers import rel_rms, windowed_decode
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "spark"
 CASES = json.loads((GOLDEN / "cases.json").read_text())
 DECODE = sorted(CASES["decode"])
 CLIPS = sorted(CASES["clips"])
-
-
-def rel_rms(got, want) -> float:
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    return float(np.sqrt(np.mean((got - want) ** 2)) / np.sqrt(np.mean(want**2)))
 
 
 @pytest.fixture(scope="module")

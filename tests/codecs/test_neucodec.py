@@ -67,7 +67,8 @@ def test_a_checkpoint_of_another_shape_names_the_tensor(tiny_dir, tmp_path):
     write_tiny_checkpoint(tmp_path, config=NeuCodecConfig(hidden_dim=64, depth=2, heads=4,
                                                           vq_dim=48))
     (tmp_path / CONFIG_FILE).write_text((tiny_dir / CONFIG_FILE).read_text())
-    with pytest.raises(ValueError, match=r"project_out.weight has shape \(48, 8\), expected \(32, 8\)"):
+    with pytest.raises(ValueError,
+                       match=r"project_out.weight has shape \(48, 8\), expected \(32, 8\)"):
         NeuCodecCodec.load(str(tmp_path))
 
 

@@ -18,14 +18,10 @@ from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.neucodec import NeuCodecCodec
 from livekit.plugins.veena.codecs.neucodec_encoder import NeuCodecEncoder
 
+from ..helpers import rel_rms
+
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "neucodec"
 CASES = json.loads((GOLDEN / "cases.json").read_text())
-
-
-def rel_rms(got, want) -> float:
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    return float(np.sqrt(np.mean((got - want) ** 2)) / np.sqrt(np.mean(want**2)))
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .neucodec_model import checkpoint_file, read_state
+from .neucodec_model import checkpoint_file, load_checked, read_state
 
 logger = logging.getLogger(__name__)
 
@@ -294,14 +294,7 @@ def _heads_for(state: dict[str, torch.Tensor], semantic_in: int) -> _Heads:
     except KeyError as e:
         raise ValueError(f"NeuCodec checkpoint lacks the encoder tensor {e.args[0]}") from None
     heads = _Heads(ngf, acoustic, semantic_in, semantic, vq_dim, levels)
-    expected = heads.state_dict()
-    for key, tensor in expected.items():
-        if key not in state:
-            raise ValueError(f"NeuCodec checkpoint lacks the encoder tensor {key}")
-        if tuple(state[key].shape) != tuple(tensor.shape):
-            raise ValueError(f"NeuCodec checkpoint: {key} has shape {tuple(state[key].shape)}, "
-                             f"expected {tuple(tensor.shape)}")
-    heads.load_state_dict({k: state[k].float() for k in expected})
+    load_checked(heads, state, "NeuCodec checkpoint (its encoder)")
     return heads
 
 

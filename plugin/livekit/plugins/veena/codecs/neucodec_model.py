@@ -288,18 +288,23 @@ def load_decoder(folder: Path, config: NeuCodecConfig | None = None) -> NeuCodec
     path = checkpoint_file(folder)
     state = {k: v for k, v in read_state(path).items()
              if k.startswith(_DECODER_PREFIXES) and k != "generator.head.istft.window"}
-    expected = model.state_dict()
-    for key, tensor in expected.items():
-        if key not in state:
-            raise ValueError(f"NeuCodec checkpoint {path} lacks {key}")
-        if tuple(state[key].shape) != tuple(tensor.shape):
-            raise ValueError(f"NeuCodec checkpoint {path}: {key} has shape "
-                             f"{tuple(state[key].shape)}, expected {tuple(tensor.shape)} "
-                             f"for {model.config}")
-    unknown = sorted(set(state) - set(expected))
+    load_checked(model, state, f"NeuCodec checkpoint {path} ({model.config})")
+    unknown = sorted(set(state) - set(model.state_dict()))
     if unknown:  # the reference loads non-strictly ("once we clean up the checkpoints")
         logger.warning("NeuCodec checkpoint has tensors this decoder does not use",
                        extra={"codec_model": str(path), "tensors": unknown[:8],
                               "count": len(unknown)})
-    model.load_state_dict({k: state[k].float() for k in expected})
     return model.eval()
+
+
+def load_checked(module: nn.Module, state: Mapping[str, torch.Tensor], where: str) -> None:
+    """Load every tensor ``module`` has from ``state`` (in float32); ValueError naming the
+    first one missing or of another shape. Tensors it does not have are left alone."""
+    expected = module.state_dict()
+    for key, tensor in expected.items():
+        if key not in state:
+            raise ValueError(f"{where} lacks {key}")
+        if tuple(state[key].shape) != tuple(tensor.shape):
+            raise ValueError(f"{where}: {key} has shape {tuple(state[key].shape)}, "
+                             f"expected {tuple(tensor.shape)}")
+    module.load_state_dict({k: state[k].float() for k in expected})
