@@ -10,8 +10,9 @@ codes (the reference clip's codes, then the generated ones, as both streams see 
   to 81 frames (50 behind, 25 new, 5 ahead, 1 overlapped each side), keeps 27 frames and
   joins them by a triangular overlap-add at a stride of 25; the rest in one last window.
 - Ours: the project's listener-paced planner (``pipeline.pacing.AdaptivePlanner``) with the
-  family's window options, the reference's last codes as the left context of the first
-  windows, and the project's stitcher (crossfaded seams).
+  family's window options (``NeuCodecFamily.decode_defaults`` unless given), the reference's
+  last codes as the left context of the first windows (as the family's track gives them),
+  and the project's stitcher (crossfaded seams).
 
 Two parts. Offline: each scheme's whole schedule, decoded and joined; its decode work per
 kept sample and its error against one pass (all the audio, and all but the final chunk).
@@ -33,6 +34,7 @@ from _common import Listener, report, setup
 from livekit.plugins.veena.codecs.base import CodecInput
 from livekit.plugins.veena.codecs.neucodec import NeuCodecCodec
 from livekit.plugins.veena.codecs.neucodec_model import NeuCodecConfig
+from livekit.plugins.veena.models.families.neucodec import NeuCodecFamily
 from livekit.plugins.veena.pipeline.options import PipelineOptions
 from livekit.plugins.veena.pipeline.pacing import AdaptivePlanner, PacingOptions
 from livekit.plugins.veena.pipeline.stitching import Stitcher
@@ -213,11 +215,12 @@ def main() -> None:
     ap.add_argument("--ref-frames", type=int, default=150, help="reference clip codes (3 s)")
     ap.add_argument("--frames", type=int, default=500, help="generated codes (10 s)")
     ap.add_argument("--rates", default="1.0", help="code rates as multiples of real time")
-    ap.add_argument("--first", type=int, default=20)
-    ap.add_argument("--new", type=int, default=100)
-    ap.add_argument("--left", type=int, default=30)
-    ap.add_argument("--right", type=int, default=5)
-    ap.add_argument("--max-new", type=int, default=160)
+    shape = NeuCodecFamily.decode_defaults  # the product's windows, unless told otherwise
+    ap.add_argument("--first", type=int, default=shape.window.first)
+    ap.add_argument("--new", type=int, default=shape.window.new)
+    ap.add_argument("--left", type=int, default=shape.window.left)
+    ap.add_argument("--right", type=int, default=shape.window.right)
+    ap.add_argument("--max-new", type=int, default=shape.pacing.max_new)
     ap.add_argument("--tiny", action="store_true", help="tiny decoder (the test's size)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
