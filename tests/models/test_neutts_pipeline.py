@@ -160,3 +160,55 @@ async def test_the_loop_guard_ends_a_chunk_that_repeats_single_codebook_steps(to
         assert 0 < audio < 8 * 20 * 480 // 2  # cut near its first copies, not all eight
     finally:
         await p.aclose()
+
+
+def _said(tokenizer, prompt):
+    """The prompt's text part (phonemes), decoded."""
+    start = prompt.index(tokenizer.convert_tokens_to_ids("<|TEXT_PROMPT_START|>"))
+    end = prompt.index(tokenizer.convert_tokens_to_ids("<|TEXT_PROMPT_END|>"))
+    return tokenizer.decode(prompt[start + 1:end])
+
+
+async def test_english_text_is_normalised_before_its_phonemes(tokenizer, codec):
+    from livekit.plugins.veena.models.phonemes import phonemize
+
+    p, engine, spy = await _pipeline(tokenizer, codec)
+    try:
+        written = "It costs $12.50 today."
+        turn = Turn(p, TurnOptions(voice=TRANSCRIPT, sampling=p.sampling.defaults(),
+                                   speaker_globals=REFERENCE))
+
+        async def chunks():
+            yield written
+
+        await asyncio.wait_for(turn.speak(chunks(), lambda pcm: None), 300)
+        spoken = await p.normalized(written, "norm")
+        assert spoken != written and "dollars" in spoken
+        said = _said(tokenizer, engine.requests[0][1])
+        assert said == f"{phonemize(TRANSCRIPT)} {phonemize(spoken)}"
+    finally:
+        await p.aclose()
+
+
+async def test_the_plugin_speaks_a_voice_file_in_call_scope(tokenizer, codec, tmp_path,
+                                                           monkeypatch):
+    from livekit.plugins import veena
+    from livekit.plugins.veena.voices.files import VoiceFile
+    from tests.helpers import record_voices
+
+    path = VoiceFile("neutts", "tiny", TRANSCRIPT, REFERENCE).save(tmp_path / "me.json")
+    p, engine, spy = await _pipeline(tokenizer, codec)
+    try:
+        given = record_voices(monkeypatch, p)
+        t = veena.TTS(pipeline=p, voice=str(path))
+        assert t.sample_rate == 24000
+        for text in ("Hello there.", "And again."):
+            frames = await t.synthesize(text).collect()
+            assert frames.sample_rate == 24000  # 60 steps, within the emitter's 10 ms frames
+            assert abs(frames.samples_per_channel - 60 * 480) <= 480
+        assert given == [(TRANSCRIPT, REFERENCE)] * 2
+        with pytest.raises(ValueError, match="reference clip's codes and transcript"):
+            veena.TTS(pipeline=p, voice="just some words")
+        await t.aclose()
+    finally:
+        await p.aclose()
