@@ -105,7 +105,9 @@ def hindi_years(text: str, cardinal: Callable[[int], str]) -> str:
     return HINDI_YEAR.sub(lambda m: m.group(1) + hindi_year(int(m.group(2)), cardinal), text)
 
 
-HINDI_TIME = re.compile(r"(?<![\d:])(\d{1,2}):(\d{2})(?::(\d{2}))?(?![\d:])(\s*बजे)?")
+HINDI_TIME = re.compile(r"(?<![\d:.])(\d{1,2})(?::|\.(?=\d{2}\s*बजे))(\d{2})(?::(\d{2}))?(?![\d:])"
+                        r"(\s*बजे)?")
+"""``H:MM`` (and ``H.MM`` before बजे, as Indian text often writes it), seconds optional."""
 
 
 def hindi_times(text: str, cardinal: Callable[[int], str]) -> str:

@@ -21,14 +21,30 @@ _SCALES = {"lakh": "lakh", "lakhs": "lakh", "lac": "lakh", "lacs": "lakh", "l": 
            "thousand": "thousand", "k": "thousand", "million": "million", "mn": "million",
            "m": "million", "billion": "billion", "bn": "billion",
            "लाख": "lakh", "करोड़": "crore", "हज़ार": "thousand", "हजार": "thousand"}
-MONEY = re.compile(
-    r"(₹|\$|€|£|[¥￥]|(?i:(?<![A-Za-z])(?:Rs|INR|USD|US\$|EUR|GBP|JPY|CNY|RMB)(?![A-Za-z])\.?)"
-    r"|रु\.?)\s?(" + _DIGITS + r")"
-    r"(?!\d)(\s?(?i:lakhs?|lacs?|crores?|thousand|million|billion"
-    r"|(?:crs?|mn|bn|[lkm])(?:\.(?=\s*[a-z\u0900-\u097f]))?)(?!\w)"
-    r"|\s?(?:लाख|करोड़|हज़ार|हजार))?(/-)?")
+_CURRENCY = (r"₹|\$|€|£|[¥￥]|(?i:(?<![A-Za-z])(?:Rs|INR|USD|US\$|EUR|GBP|JPY|CNY|RMB)"
+             r"(?![A-Za-z])\.?)|रु\.?")
+_SCALE = (r"\s?(?i:lakhs?|lacs?|crores?|thousand|million|billion"
+          r"|(?:crs?|mn|bn|[lkm])(?:\.(?=\s*[a-z\u0900-\u097f]))?)(?!\w)"
+          r"|\s?(?:लाख|करोड़|हज़ार|हजार)")
+MONEY = re.compile(r"(" + _CURRENCY + r")\s?(" + _DIGITS + r")(?!\d)(" + _SCALE + r")?(/-)?")
 """An amount: the symbol or code, digits (any grouping), a scale word or its abbreviation
 (any case; its dot unless a sentence ends there), and ``/-`` (no paise: not read)."""
+MONEY_RANGE = re.compile(r"(" + _CURRENCY + r")\s?(" + _DIGITS + r")\s?[-–]\s?(?:(?:"
+                         + _CURRENCY + r")\s?)?(" + _DIGITS + r")(?!\d)(" + _SCALE + r")?")
+"""``Rs 50-100``, ``₹50-₹100``, ``₹5-7 lakh``: two amounts in one currency."""
+TO = {"en": " to ", "hi": " से ", "zh": "到"}
+
+
+def money_ranges(text: str, language: str) -> str:
+    """``₹5-7 lakh`` as "₹5 lakh to ₹7 lakh" in ``language``: each amount is then read as
+    one (the range rule alone would read "five rupees to seven")."""
+    def spell(m: re.Match) -> str:
+        symbol, scale = m.group(1), m.group(4) or ""
+        return f"{symbol}{m.group(2)}{scale}{TO[language]}{symbol}{m.group(3)}{scale}"
+
+    return MONEY_RANGE.sub(spell, text)
+
+
 YUAN_AFTER = re.compile(r"[¥￥]\s?(" + _DIGITS + r")\s?元")
 """¥ before an amount with 元 after it (``¥1,234.5元``): yuan, said once, after the number."""
 ALWAYS_OURS = ("INR", "JPY", "CNY")

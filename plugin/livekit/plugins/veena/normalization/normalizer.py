@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 
 from . import grammars
 from .dates import hindi_times, hindi_years, impossible_dates, spell_dates
-from .money import chinese_money, english_money, hindi_money
+from .money import chinese_money, english_money, hindi_money, money_ranges
 from .numbers import (
     chinese_cardinal,
     english_cardinal,
@@ -155,6 +155,7 @@ class TextNormalizer:
         if not body or TRIGGER.search(body) is None:
             return text
         cardinal = self._cardinal(language)
+        body = money_ranges(body, language)
         if language == "en":
             body = english_money(body, self.indian)
         elif language == "hi" and cardinal is not None:
