@@ -10,18 +10,27 @@ from __future__ import annotations
 
 import argparse
 import ast
+import asyncio
 import inspect
+import json
 import re
+import wave
 from pathlib import Path
 
+import openai
 import pytest
+from livekit.agents import tts
 from livekit.agents.types import NOT_GIVEN
 
 from livekit.plugins import veena
 from livekit.plugins.veena import cli
+from livekit.plugins.veena.pipeline.engine_options import SAMPLING_FIELDS
+from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.server.metrics import ServerMetrics
 
+from .fakes import fake_server
 from .helpers import app_routes
+from .servers import API_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / ".env.example"]
@@ -250,6 +259,20 @@ def test_every_metric_named_is_exported():
     assert not wrong, sorted(wrong)
 
 
+def test_sampling_fields_named_are_the_ones_a_request_may_set():
+    lists, wrong = 0, []
+    for page, text in _pages().items():
+        flat = " ".join(text.split())
+        for listed in re.findall(r"`sampling` \(any of ([^)]*)\)", flat):
+            lists += 1
+            if set(re.findall(r"`(\w+)`", listed)) != set(SAMPLING_FIELDS):
+                wrong.append(f"{page}: sampling (any of {listed})")
+        for body in re.findall(r"\"sampling\": (\{[^{}]*\})", text):
+            wrong += [f"{page}: sampling {k}" for k in json.loads(body)
+                      if k not in SAMPLING_FIELDS]
+    assert lists >= 2 and not wrong, wrong
+
+
 def test_the_operations_page_lists_every_exported_metric():
     page = (ROOT / "docs/operations.md").read_text().split("## Metrics", 1)[1]
     listed = set(re.findall(r"`(veena_[a-z_]+)", page))
@@ -265,8 +288,6 @@ def test_every_keyword_given_to_veena_tts_is_a_parameter():
         wrong += [f"{page}: TTS({k}=)" for k in _calls(text, "veena.TTS") if k not in init]
         wrong += [f"{page}: update_options({k}=)" for k in _calls(text, "update_options")
                   if k not in update]
-    from livekit.agents import tts
-
     fallback = set(inspect.signature(tts.FallbackAdapter.__init__).parameters)
     for page, text in _pages().items():  # the fallback recipe, against livekit-agents' own
         wrong += [f"{page}: FallbackAdapter({k}=)" for k in _calls(text, "tts.FallbackAdapter")
@@ -357,16 +378,6 @@ async def test_the_openai_client_snippet_speaks_and_alloy_is_refused_as_the_page
     """The HTTP API page's Python example, run as written against a server on the fake
     engine (only its address and key changed), writes a WAV; an OpenAI voice name is the
     400 the page describes, naming the valid voices."""
-    import asyncio
-    import wave
-
-    import openai
-
-    from livekit.plugins.veena.server.app import ServerOptions
-
-    from .fakes import fake_server
-    from .servers import API_KEY
-
     page = (ROOT / "docs/http-api.md").read_text()
     snippet = page.split("```python\n", 1)[1].split("```", 1)[0]
     assert 'base_url="http://localhost:8700/v1"' in snippet and "extra_body=" in snippet
