@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from livekit.plugins.veena.codecs.base import CodecInput
-from livekit.plugins.veena.codecs.neucodec import NeuCodecCodec
 from livekit.plugins.veena.codecs.neucodec_encoder import NeuCodecEncoder
+from livekit.plugins.veena.models.profiles import LLASA, NEUTTS
+from livekit.plugins.veena.pipeline.family import family_for
 
 from ..helpers import rel_rms
 
@@ -32,7 +33,8 @@ def golden():
 
 @pytest.fixture(scope="module")
 def codec():
-    return NeuCodecCodec.load(str(GOLDEN))
+    """Through the family's codec loader, as ``load_pipeline`` builds it."""
+    return family_for(NEUTTS).load_codec(str(GOLDEN), "cpu")
 
 
 @pytest.mark.parametrize("case", sorted(CASES["cases"]))
@@ -81,9 +83,10 @@ def test_encoder_codes_equal_neucodec(encoder, golden, clip):
 
 def test_xcodec2_is_the_same_decoder_at_16khz():
     """Llasa's XCodec2: ``xcodec2`` 0.1.5's ``XCodec2Model.decode_code`` on the same reduced
-    sizes at hop 320, its checkpoint as safetensors: the same port, its sizes from the folder."""
+    sizes at hop 320, its checkpoint as safetensors: the same port, through the ``llasa``
+    profile's family loader, its sizes from the folder."""
     folder = GOLDEN.parent / "xcodec2"
-    codec = NeuCodecCodec.load(str(folder))
+    codec = family_for(LLASA).load_codec(str(folder), "cpu")
     assert (codec.sample_rate, codec.samples_per_step) == (16000, 320)
     with np.load(folder / "golden.npz") as data:
         codes, want = data["codes"], data["audio"]
