@@ -311,7 +311,7 @@ def make_tiny_model(out_dir: str | Path, profile: str | ModelProfile = "veena", 
     if prof.codec == "neucodec":
         from .tiny_neucodec import make_neucodec_model
 
-        builders["neucodec"] = (make_neucodec_model, "neucodec")
+        builders["neucodec"] = (make_neucodec_model, prof.codec_variant)
     if prof.codec not in builders:
         raise ValueError(f"no tiny model builder for codec {prof.codec!r}")
     build, codec_dir = builders[prof.codec]
