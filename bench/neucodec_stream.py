@@ -5,7 +5,8 @@ NeuCodec has no exact streaming (bidirectional attention and GroupNorm over the 
 both schemes decode bounded windows and are measured against a one-pass decode of the same
 codes (the reference clip's codes, then the generated ones, as both streams see them).
 
-- Neuphonic (``neutts`` 1.4.1, ``_infer_stream_ggml``, rewritten here from its description):
+- Neuphonic (``neutts`` 1.4.1, ``_infer_stream_ggml``, rewritten here; its chunks equal the
+  official generator's, ``tests/test_neucodec_stream_bench.py``):
   its token cache starts with the reference's codes; once 30 new codes exist it decodes up
   to 81 frames (50 behind, 25 new, 5 ahead, 1 overlapped each side), keeps 27 frames and
   joins them by a triangular overlap-add at a stride of 25; the rest in one last window.
@@ -150,7 +151,8 @@ def run_neuphonic(codec, codes, ref, n, rate: float | None) -> dict:
         if last:
             break
     return {"audio": np.concatenate(out), "decoded": decoded, "first_codes": first_codes,
-            "gap_s": ear.gap_s, "final_chunk_at": s.emitted - len(out[-1])}
+            "gap_s": ear.gap_s, "final_chunk_at": s.emitted - len(out[-1]),
+            "chunk_samples": [len(c) for c in out]}
 
 
 def run_ours(codec, codes, ref, n, rate: float | None, window, pacing, costs) -> dict:
