@@ -168,3 +168,18 @@ def test_voice_is_a_transcript_with_its_codes():
 def test_sampling_is_the_reference_inference():
     s = family_for(NEUTTS).default_sampling()
     assert (s.temperature, s.top_k, s.min_tokens) == (1.0, 50, 50)
+
+
+def test_espeak_ng_missing_is_one_clear_error_at_load(monkeypatch, tokenizer):
+    import sys
+
+    from livekit.plugins.veena.models import phonemes
+
+    phonemes._backend.cache_clear()
+    monkeypatch.setitem(sys.modules, "espeakng_loader", None)  # as if not installed
+    try:
+        with pytest.raises(phonemes.PhonemizerMissingError, match=r"\[neutts\] extra"):
+            family_for(NEUTTS).token_table(tokenizer)
+        assert issubclass(phonemes.PhonemizerMissingError, ValueError)  # exit 2, HTTP 400
+    finally:
+        phonemes._backend.cache_clear()

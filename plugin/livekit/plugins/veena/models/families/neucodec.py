@@ -145,6 +145,13 @@ class NeuCodecFamily(ModelFamily):
         return NeuCodecEncoder.load(codec_model, device=device)
 
     def token_table(self, tokenizer: Any) -> TokenTable:
+        """Checked as the pipeline starts, with what its prompts need: the tokenizer's
+        speech and prompt tokens, and espeak-ng where the prompt is phonemes
+        (``PhonemizerMissingError`` names the extra to install)."""
+        if self.profile.phoneme_language:
+            from ..phonemes import check_phonemizer
+
+            check_phonemizer(self.profile.phoneme_language)
         return speech_token_table(self.profile, tokenizer.get_vocab())
 
     def new_track(self, table: TokenTable, request_id: str,
