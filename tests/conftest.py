@@ -157,6 +157,14 @@ def tiny_neutts_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def neutts_tokenizer(tiny_neutts_dir):
+    """Its tokenizer, loaded once (65,536 added tokens take seconds to load)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_neutts_dir)
+
+
+@pytest.fixture(scope="session")
 async def server_url(pipeline):
     # room for the 32-stream test: every stream is admitted and vLLM queues past its
     # max_num_seqs, so no stream's fate depends on how fast this machine is

@@ -21,11 +21,9 @@ TRANSCRIPT = "This is the reference clip, read aloud."
 REFERENCE = tuple(int(c) for c in np.random.default_rng(5).integers(0, 65536, 120))
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_neutts_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_neutts_dir)
+@pytest.fixture
+def tokenizer(neutts_tokenizer):
+    return neutts_tokenizer
 
 
 @pytest.fixture(scope="module")

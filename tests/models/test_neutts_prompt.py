@@ -21,11 +21,9 @@ GOLDEN = json.loads((Path(__file__).parents[1] / "golden" / "neutts" / "prompt_i
                     .read_text())
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_neutts_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_neutts_dir)
+@pytest.fixture
+def tokenizer(neutts_tokenizer):
+    return neutts_tokenizer
 
 
 def test_the_golden_was_made_on_this_tokenizer(tokenizer):

@@ -27,11 +27,9 @@ GOLDEN_CODEC = Path(__file__).parents[1] / "golden" / "neucodec"
 SAID = "This is the reference clip, read aloud."
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_neutts_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_neutts_dir)
+@pytest.fixture
+def tokenizer(neutts_tokenizer):
+    return neutts_tokenizer
 
 
 @pytest.fixture
