@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import re
 from dataclasses import dataclass, field
@@ -154,7 +155,8 @@ class TextNormalizer:
         body = text.strip()
         if not body or TRIGGER.search(body) is None:
             return text
-        cardinal = self._cardinal(language)
+        # past the grammar's bound, no rule asks it either (a Hindi number is read by it)
+        cardinal = self._cardinal(language) if len(body) <= MAX_GRAMMAR_CHARS else None
         body = money_ranges(body, language)
         if language == "en":
             body = english_money(body, self.indian)
@@ -183,9 +185,15 @@ class TextNormalizer:
         if language == "zh":
             return chinese_cardinal
         if language == "hi" and grammars.available():
-            hindi = grammars.grammar("hi")
-            return lambda n: hindi.normalize(str(n)).strip()
+            return _hindi_cardinal
         return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _hindi_cardinal(n: int) -> str:
+    """``n`` in Hindi words, by the Hindi grammar (which reads whole numbers right), kept:
+    the same small numbers come back in every chunk."""
+    return grammars.grammar("hi").normalize(str(n)).strip()
 
 
 GRAMMAR_CONTEXT = 3
