@@ -23,3 +23,13 @@ async def test_random_weights_from_the_manifest_or_dummy_loading(tiny_model_dir,
             assert pipeline.random_weights is random, (model, load_format)
         finally:
             await pipeline.aclose()
+
+
+async def test_the_start_up_log_says_where_the_codec_runs_and_why(tiny_model_dir, caplog,
+                                                                   monkeypatch):
+    monkeypatch.delenv("VEENA_CODEC_DEVICE", raising=False)
+    with caplog.at_level("INFO", logger="livekit.plugins.veena.models.loading"):
+        pipeline = load_pipeline(tiny_model_dir, engine_options=EngineOptions(tiny_model_dir))
+        await pipeline.aclose()
+    assert pipeline.options.codec_device == "cpu"  # no CUDA here: auto picks the CPU
+    assert "codec on cpu (VEENA_CODEC_DEVICE=auto and CUDA is not available)" in caplog.text

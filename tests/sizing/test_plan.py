@@ -8,7 +8,7 @@ import pytest
 
 from livekit.plugins.veena import cli
 from livekit.plugins.veena.sizing.fit import fit_streams, stream_footprint
-from livekit.plugins.veena.models.profiles import MAYA1, ORPHEUS, SPARK
+from livekit.plugins.veena.models.profiles import MAYA1, NEUTTS, ORPHEUS, SPARK
 from livekit.plugins.veena.sizing.shape import ModelShape
 
 from .configs import MAYA1_3B, ORPHEUS_3B, SPARK_05B, write_config
@@ -47,6 +47,15 @@ def test_streams_that_fit_by_hand(config, profile, tokens, kv_per_token, weights
     for memory in (H100, 23034 * 2**20, 24 * GIB):
         fit = fit_streams(shape, foot, memory)
         assert fit.streams == _streams(memory, weights, tokens * kv_per_token)
+
+
+def test_neutts_holds_its_whole_context():
+    """NeuTTS Air (a Qwen2.5 0.5B backbone): prompt and output share 2048 tokens, and a
+    reference clip's codes fill the prompt, so a stream holds the whole context."""
+    shape = ModelShape.from_config({**SPARK_05B, "vocab_size": 217_000})
+    foot = stream_footprint(shape, NEUTTS)
+    assert foot.tokens == 2048 and foot.audio_tokens == math.ceil(26.5 * 50)
+    assert foot.kv_bytes == 2048 * 24 * 2 * 64 * 2 * 2
 
 
 def test_orpheus_on_an_h100(tmp_path, capsys):

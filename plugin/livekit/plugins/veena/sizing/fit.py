@@ -64,6 +64,10 @@ def stream_footprint(shape: ModelShape, profile: Any, chunker: ChunkerOptions = 
     prompt = chunker.max_chars + PROMPT_FIXED_TOKENS + described + speaker
     seconds = GuardOptions().runaway_base_s + chunker.max_chars * profile.runaway_s_per_char
     audio = math.ceil(seconds * profile.tokens_per_second) + speaker
+    context = getattr(profile, "max_context", None)
+    if context:  # a reference clip's codes fill the prompt: the whole context (NeuTTS)
+        audio = min(audio, context)
+        prompt = context - audio
     return StreamFootprint(prompt, audio, shape.kv_bytes_per_token(dtype))
 
 

@@ -92,10 +92,8 @@ def render(model: str, profile: Any, shape: ModelShape, gpus: list[Gpu], utiliza
         f"  KV cache per token    {shape.kv_bytes_per_token(dtype) / 1024:.1f} KiB = "
         f"{shape.layers} layers x {shape.kv_heads} KV heads x {shape.head_dim} x 2 (K, V) x "
         f"{size} bytes",
-        f"  tokens per stream     {foot.tokens} = prompt {foot.prompt_tokens} (a chunk of "
-        f"{chunker.max_chars} characters, {PROMPT_FIXED_TOKENS} fixed ids"
-        f"{', a voice description' if getattr(profile, 'described_voices', False) else ''}"
-        f"{', speaker tokens' if getattr(profile, 'num_global_tokens', 0) else ''}) + audio "
+        f"  tokens per stream     {foot.tokens} = prompt {foot.prompt_tokens} "
+        f"({_prompt_parts(profile, chunker)}) + audio "
         f"{foot.audio_tokens} (({GuardOptions().runaway_base_s:g} s + {chunker.max_chars} "
         f"characters x {profile.runaway_s_per_char:g} s) x {profile.tokens_per_second:.1f} "
         f"tokens/s), in blocks of {KV_BLOCK_TOKENS}",
@@ -118,6 +116,15 @@ def render(model: str, profile: Any, shape: ModelShape, gpus: list[Gpu], utiliza
         "prints the KV cache it got).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _prompt_parts(profile: Any, chunker: ChunkerOptions) -> str:
+    if getattr(profile, "max_context", None):
+        return (f"the rest of its {profile.max_context}-token context: the text and a "
+                "reference clip's codes")
+    return (f"a chunk of {chunker.max_chars} characters, {PROMPT_FIXED_TOKENS} fixed ids"
+            f"{', a voice description' if getattr(profile, 'described_voices', False) else ''}"
+            f"{', speaker tokens' if getattr(profile, 'num_global_tokens', 0) else ''}")
 
 
 def _gpu_lines(gpu: Gpu, fit: Fit, wanted: int | None) -> list[str]:
