@@ -21,7 +21,8 @@ L4 = MachineFacts(True, 23034 * 2**20, "NVIDIA L4")
 @pytest.fixture(autouse=True)
 def _no_settings(monkeypatch):
     for name in ("VEENA_MAX_NUM_SEQS", "VEENA_CODEC_DEVICE", "VEENA_DECODE_MAX_BATCH",
-                 "VEENA_GPU_MEMORY_UTILIZATION", "VEENA_DTYPE", "VEENA_PROFILE"):
+                 "VEENA_GPU_MEMORY_UTILIZATION", "VEENA_DTYPE", "VEENA_PROFILE",
+                 "VEENA_TENSOR_PARALLEL_SIZE"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -51,6 +52,10 @@ def test_max_num_seqs_follows_the_gpu_and_the_model(tmp_path, monkeypatch):
     small = EngineOptions.from_env(model, facts=L4, profile=ORPHEUS).max_num_seqs
     assert small == 2 * ((int(23034 * 2**20 * 0.85) - 3_300_867_072 * 2 - 2**31)
                          // (2496 * 114_688))
+    monkeypatch.setenv("VEENA_TENSOR_PARALLEL_SIZE", "2")  # two L4s: weights and cache split
+    assert EngineOptions.from_env(model, facts=L4, profile=ORPHEUS).max_num_seqs == 2 * (
+        (int(2 * 23034 * 2**20 * 0.85) - 3_300_867_072 * 2 - 2**31) // (2496 * 114_688))
+    monkeypatch.delenv("VEENA_TENSOR_PARALLEL_SIZE")
     monkeypatch.setenv("VEENA_GPU_MEMORY_UTILIZATION", "0.5")  # a worker's share: fewer fit
     assert EngineOptions.from_env(model, facts=H100, profile=ORPHEUS).max_num_seqs < 446
     monkeypatch.setenv("VEENA_MAX_NUM_SEQS", "12")  # set: kept

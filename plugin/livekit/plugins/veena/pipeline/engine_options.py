@@ -212,7 +212,8 @@ def _machine_max_num_seqs(facts: Any, values: Mapping[str, Any], profile: Any) -
     seqs, why = engine_defaults(facts, shape, resolve_profile(values["model"], profile)
                                 if cuda else None,
                                 utilization=values["gpu_memory_utilization"],
-                                dtype=values["dtype"])
+                                dtype=values["dtype"],
+                                tensor_parallel=values["tensor_parallel_size"])
     logger.info("engine: max_num_seqs %d (%s; VEENA_MAX_NUM_SEQS sets it)", seqs, why)
     return seqs
 

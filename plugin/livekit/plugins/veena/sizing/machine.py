@@ -57,20 +57,22 @@ def choose_codec_device(setting: str, cuda: bool) -> tuple[str, str]:
 
 
 def engine_defaults(facts: MachineFacts, shape: ModelShape | None, profile: Any, *,
-                    utilization: float, dtype: str = "auto") -> tuple[int, str]:
+                    utilization: float, dtype: str = "auto",
+                    tensor_parallel: int = 1) -> tuple[int, str]:
     """``max_num_seqs`` when none is set, and why: on a GPU, two per stream whose KV cache
-    fits in ``utilization`` of its memory beside the weights (``fit``); without CUDA, or
-    where the model's config cannot be read, ``CPU_MAX_NUM_SEQS``."""
+    fits in ``utilization`` of its memory beside the weights (``fit``; with tensor
+    parallelism, weights and cache split evenly over that many such GPUs); without CUDA,
+    or where the model's config cannot be read, ``CPU_MAX_NUM_SEQS``."""
     if not facts.cuda or not facts.gpu_memory_bytes:
         return CPU_MAX_NUM_SEQS, "no CUDA: the CPU default"
     if shape is None:
         return CPU_MAX_NUM_SEQS, "the model's config.json could not be read"
     fit = fit_streams(shape, stream_footprint(shape, profile, dtype=dtype),
-                      facts.gpu_memory_bytes, utilization, dtype=dtype)
+                      facts.gpu_memory_bytes * tensor_parallel, utilization, dtype=dtype)
     seqs = max_num_seqs_for(fit.streams)
     return seqs, (f"{fit.streams} streams of {fit.footprint.tokens} tokens fit in "
-                  f"{utilization:g} of {facts.gpu_memory_bytes / GIB:.1f} GiB "
-                  f"({facts.gpu_name or 'GPU'}) beside {fit.weight_bytes / GIB:.1f} GiB of "
+                  f"{utilization:g} of {tensor_parallel} x {facts.gpu_memory_bytes / GIB:.1f} "
+                  f"GiB ({facts.gpu_name or 'GPU'}) beside {fit.weight_bytes / GIB:.1f} GiB of "
                   "weights")
 
 
