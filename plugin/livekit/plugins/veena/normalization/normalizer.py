@@ -185,14 +185,14 @@ class TextNormalizer:
         if language == "zh":
             return chinese_cardinal
         if language == "hi" and grammars.available():
-            return _hindi_cardinal
+            return hindi_cardinal
         return None
 
 
 @functools.lru_cache(maxsize=4096)
-def _hindi_cardinal(n: int) -> str:
+def hindi_cardinal(n: int) -> str:
     """``n`` in Hindi words, by the Hindi grammar (which reads whole numbers right), kept:
-    the same small numbers come back in every chunk."""
+    the same small numbers come back in every chunk (``cache_clear()`` times a cold read)."""
     return grammars.grammar("hi").normalize(str(n)).strip()
 
 
