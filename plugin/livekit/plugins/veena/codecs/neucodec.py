@@ -24,8 +24,6 @@ from .neucodec_model import CONFIG_FILE, NeuCodecConfig, NeuCodecDecoder, load_d
 
 logger = logging.getLogger(__name__)
 
-NEUCODEC_REPO = "neuphonic/neucodec"
-
 
 def codec_dir(model_dir: str) -> Path:
     """A local NeuCodec folder, or a hub id (its checkpoint downloaded first)."""

@@ -244,6 +244,8 @@ class NeuCodecEncoder:
                    device=device)
 
     def check(self, wav: Any, sample_rate: Any) -> np.ndarray:
+        """The clip as float32 samples, or ValueError saying what it is not (before any of
+        it reaches torch)."""
         if isinstance(sample_rate, bool) or sample_rate != SAMPLE_RATE:
             raise ValueError(f"the NeuCodec encoder takes {SAMPLE_RATE} Hz audio, "
                              f"not {sample_rate!r}: resample the clip first")
@@ -265,7 +267,8 @@ class NeuCodecEncoder:
         """Codes [frames] (int64, 0..65535) of a mono clip at 16 kHz; ValueError for a clip
         that is not one (wrong rate, shape, length, NaN, silence)."""
         wav = self.check(wav, sample_rate)
-        wav = np.pad(wav, (0, HOP - len(wav) % HOP))  # as the reference: a whole hop more
+        # as the reference: to a whole hop, and a whole hop more where it already is one
+        wav = np.pad(wav, (0, HOP - len(wav) % HOP))
         features = self.feature_extractor(wav, sampling_rate=SAMPLE_RATE, return_tensors="pt")
         hidden = self.semantic_model(features.input_features.to(self.device),
                                      output_hidden_states=True).hidden_states[SEMANTIC_LAYER]
