@@ -5,6 +5,7 @@ adapter is a 4xx with the reason while a stream keeps speaking."""
 
 import asyncio
 import json
+import os
 import shutil
 
 import aiohttp
@@ -37,11 +38,11 @@ def _bad(good, to):
     return to
 
 
-async def _speak(session, url, voice, max_tokens=56):
+async def _speak(session, url, voice, max_tokens=56, text="Hello there, friend."):
     """One context to its end over a WebSocket: (final event, audio bytes heard)."""
     async with session.ws_connect(url.replace("http", "ws") + "/v1/stream",
                                   headers=AUTH) as ws:
-        await ws.send_json({"type": "speak", "context_id": "c", "text": "Hello there, friend.",
+        await ws.send_json({"type": "speak", "context_id": "c", "text": text,
                             "continue": False, "voice": voice,
                             "sampling": {"max_tokens": max_tokens}})
         return await hear_context(ws)
@@ -52,7 +53,7 @@ async def test_adapters_from_the_folder_and_the_admin_route(tiny_model_dir, tmp_
     good = make_random_adapter(root / "acme", tiny_model_dir, rank=8, seed=1)
     _bad(good, root / "broken")
     pipeline = load_pipeline(tiny_model_dir, options=PipelineOptions(),
-                             engine_options=tiny_engine_options(tiny_model_dir, 8))
+                             engine_options=tiny_engine_options(tiny_model_dir, 8, max_loras=1))
     load_folder(pipeline, str(root))  # as run_server does, before the engine starts
     assert pipeline.engine.adapters.names == ("acme",)  # the broken one skipped, not fatal
     await pipeline.start()
@@ -97,12 +98,32 @@ async def test_adapters_from_the_folder_and_the_admin_route(tiny_model_dir, tmp_
             assert event["type"] == "done"
             assert await metric(s, url, 'veena_adapter_streams{adapter="bravo"}') == 0
 
+            # removed while a stream holds it, queued behind max_loras=1 (vLLM reads its files
+            # when it schedules it) with later chunks to come: that stream finishes with it,
+            # new ones are refused, and the engine lives on
+            acme = asyncio.create_task(_speak(s, url, "acme", max_tokens=700))
+            await poll_until(lambda: metric(s, url, 'veena_adapter_streams{adapter="acme"}'),
+                             "an acme stream counted")
+            held = asyncio.create_task(_speak(
+                s, url, "bravo", max_tokens=56, text="Hello there, my friend. How are you? "
+                "It is good to hear you again. Goodbye for now."))
+            await poll_until(lambda: metric(s, url, 'veena_adapter_streams{adapter="bravo"}'),
+                             "a bravo stream counted")
+            adapters = pipeline.engine.adapters
+            adapters.free_after_s = 0
+            bravo_files = adapters.get("bravo")
             async with s.delete(url + "/v1/adapters/bravo", headers=AUTH) as r:
                 assert r.status == 200
+            assert adapters.held(bravo_files) and os.path.isdir(bravo_files.path)
             assert not (root / "bravo").exists()
             assert [p.name.split("-")[0] for p in (root / REMOVED).iterdir()] == ["bravo"]
             event, _ = await _speak(s, url, "bravo")
             assert event["type"] == "error" and "unknown voice 'bravo'" in event["message"]
+            for stream in (held, acme):
+                event, heard = await stream
+                assert event["type"] == "done" and heard > 0, event
+            assert pipeline.engine.health.state == "ready"
+            assert not os.path.exists(bravo_files.path)  # freed after the last holder
             async with s.delete(url + "/v1/adapters/bravo", headers=AUTH) as r:
                 assert r.status == 404
 
