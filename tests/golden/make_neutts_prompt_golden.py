@@ -12,7 +12,8 @@ must change (then commit ``tests/golden/neutts/prompt_ids.json``):
     python3 -m venv /tmp/e-side/venv
     /tmp/e-side/venv/bin/pip install phonemizer==3.4.0 transformers==5.1.0 numpy
     /tmp/e-side/venv/bin/pip install --no-deps neutts==1.4.1
-    /tmp/e-side/venv/bin/python tests/golden/make_neutts_prompt_golden.py golden /tmp/neutts-golden-tok
+    /tmp/e-side/venv/bin/python tests/golden/make_neutts_prompt_golden.py golden \
+        /tmp/neutts-golden-tok
 
 Step 2 builds a ``neutts.NeuTTS`` without loading a backbone or a codec (no weights exist
 here), gives it the tokenizer above and Neuphonic's own phonemizer (``_load_phonemizer``: its

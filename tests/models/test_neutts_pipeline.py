@@ -5,7 +5,6 @@ left context, and the reference's share of the 2048-token context sets how much 
 request carries. No vLLM."""
 
 import asyncio
-from dataclasses import replace
 
 import numpy as np
 import pytest

@@ -131,7 +131,8 @@ def test_the_reference_is_the_first_windows_left_context():
     track.feed([100 + c for c in range(40)])
     first = track.window_input(Window(0, 10, 0, 5), seed=1)  # no step before it
     assert first.context_steps == 25 and first.start_step == 0
-    assert list(first.codes[:25]) == list(reference[-25:]) and list(first.codes[25:]) == list(range(10))
+    assert list(first.codes[:25]) == list(reference[-25:])
+    assert list(first.codes[25:]) == list(range(10))
     second = track.window_input(Window(0, 20, 5, 15), seed=1)  # 5 steps of its own before
     assert second.context_steps == 20 and list(second.codes[:20]) == list(reference[-20:])
     later = track.window_input(Window(5, 40, 30, 35), seed=1)  # a full left context

@@ -5,10 +5,7 @@ engine starts."""
 
 import io
 import json
-import os
-import shutil
 import wave
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +17,6 @@ from livekit.plugins.veena.voices.call_voice import resolve_voice, voice_file_at
 from livekit.plugins.veena.voices.files import VoiceFileError, clone_voice, load_voice
 from livekit.plugins.veena.voices.reference_clip import ReferenceClipError
 
-GOLDEN_CODEC = Path(__file__).parents[1] / "golden" / "neucodec"
 SAID = "This is the reference clip, read aloud."
 
 
@@ -37,15 +33,10 @@ def wav_bytes(seconds: float, rate: int = 24000, level: float = 0.3) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_neutts_dir, tmp_path_factory) -> str:
-    """The tiny NeuTTS model beside a NeuCodec checkpoint that has the encoder's tensors and
-    a tiny w2v-bert-2.0 (the codec golden's folder)."""
-    folder = tmp_path_factory.mktemp("neutts-clone")
-    for f in os.listdir(tiny_neutts_dir):
-        if f != "neucodec":
-            os.symlink(os.path.join(tiny_neutts_dir, f), folder / f)
-    shutil.copytree(GOLDEN_CODEC, folder / "neucodec")
-    return str(folder)
+def model_dir(tiny_neutts_dir) -> str:
+    """The tiny NeuTTS model: its NeuCodec checkpoint has the encoder's tensors and a tiny
+    w2v-bert-2.0 beside them."""
+    return tiny_neutts_dir
 
 
 @pytest.fixture(scope="module")
