@@ -100,3 +100,16 @@ def test_a_voice_file_without_its_codes_or_text_is_refused(tmp_path):
     path.write_text(json.dumps({**base, "voice": SAID, "speaker_globals": [70000] * 60}))
     with pytest.raises(VoiceFileError):
         load_voice(path, NEUTTS)
+
+
+@pytest.mark.parametrize("voice, why", [
+    ("just some words", "reference clip's codes and transcript"),  # a transcript, no codes
+    ("missing.json", "no voice file"),
+])
+def test_say_refuses_a_voice_that_is_not_a_reference_before_any_engine_work(
+        model_dir, tmp_path, caplog, voice, why):
+    given = str(tmp_path / voice) if voice.endswith(".json") else voice
+    code = cli.main(["say", "Hello.", "--model", model_dir, "--voice", given,
+                     "-o", str(tmp_path / "a.wav")])
+    assert code == 2 and why in caplog.text
+    assert not (tmp_path / "a.wav").exists()
