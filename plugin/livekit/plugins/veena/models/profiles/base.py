@@ -72,6 +72,7 @@ class VoiceChecks:
     voice_prompts: tuple[tuple[str, str], ...] = ()
     described_voices: bool = False
     tags: tuple[str, ...] = ()
+    runaway_s_per_char: float = 0.1
 
     def check_voice(self, voice: str, speakers: Sequence[str] = ()) -> str:
         """A named voice, or (``described_voices``) a description checked by
