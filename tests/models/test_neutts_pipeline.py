@@ -209,3 +209,19 @@ async def test_the_plugin_speaks_a_voice_file_in_call_scope(tokenizer, codec, tm
         await t.aclose()
     finally:
         await p.aclose()
+
+
+async def test_aligned_transcripts_time_every_word_of_a_neutts_stream(tokenizer, codec, tmp_path):
+    from livekit.plugins import veena
+    from livekit.plugins.veena.voices.files import VoiceFile
+    from tests.plugin.test_aligned_transcripts import _check, _timed_words
+
+    path = VoiceFile("neutts", "tiny", TRANSCRIPT, REFERENCE).save(tmp_path / "me.json")
+    p, engine, spy = await _pipeline(tokenizer, codec)
+    try:
+        t = veena.TTS(pipeline=p, voice=str(path))
+        assert t.capabilities.aligned_transcript
+        _check(*await _timed_words(t))
+        await t.aclose()
+    finally:
+        await p.aclose()
