@@ -187,10 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     say.add_argument("text")
     say.add_argument("-o", "--output", default="out.wav")
     say.add_argument("--voice", default=None, help="a profile voice (spark: GENDER-PITCH-SPEED, "
-                     "e.g. female-moderate-high), or a saved voice file (.json)")
+                     "e.g. female-moderate-high), or a saved voice file (.json; neutts, "
+                     "llasa: a cloned reference, 'voice clone')")
     say.add_argument("--model", default=None, help="model path or hub id (default: VEENA_MODEL)")
     say.add_argument("--profile", default=None,
-                     help="veena, orpheus, maya1, veena3 or spark")
+                     help="veena, orpheus, maya1, veena3, spark, neutts or llasa")
     say.add_argument("--seed", type=int, default=None)
     say.add_argument("--max-tokens", type=int, default=None)
     say.add_argument("--text-normalization", choices=("auto", "off"), default=None,
