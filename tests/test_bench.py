@@ -203,7 +203,7 @@ def test_engine_sharing_bench():
 @pytest.mark.engine  # starts three vLLM engines of its own
 def test_lora_bench_compares_a_mixed_batch_with_the_base_alone():
     _run(sys.executable, "bench/lora.py", "--streams", "3", "--tokens", "14", "--adapters", "2",
-         "--rank", "8", "--repeat", "1", timeout=600)
+         "--rank", "8", "--repeat", "1", "--starve-window-s", "3", timeout=600)
     rows = _rows("lora")
     assert [(r["batch"], r["adapters"]) for r in rows] == [
         ("base, LoRA off", 0), ("base, LoRA on", 0), ("mixed", 2)]
@@ -213,6 +213,12 @@ def test_lora_bench_compares_a_mixed_batch_with_the_base_alone():
     evicted = _rows("lora_eviction")
     assert [r["adapter"] for r in evicted] == ["stayed loaded", "evicted, read again"]
     assert all(r["first_token_ms_p50"] > 0 for r in evicted)
+    starved = _rows("lora_starved")  # max_loras + 2 adapters at once: measured, not judged
+    assert [r["adapter"] for r in starved] == ["beyond max_loras (second)",
+                                               "beyond max_loras (third)"]
+    for r in starved:
+        assert r["first_token_ms_idle"] > 0 and r["busy_requests_served"] >= 2
+        assert r["starved_for_window"] == (r["first_token_ms_busy"] is None)
 
 
 def test_guards_bench_reports_each_guard_and_the_pipeline_on_and_off():
