@@ -114,12 +114,13 @@ async def test_the_references_length_sets_the_text_per_request(tokenizer, codec)
             return p.sampling.max_chars_per_request(
                 p.family.voice_prompt_tokens(tokenizer, TRANSCRIPT, reference))
 
-        assert limit(REFERENCE * 8) < limit(REFERENCE[:60]) - 960 // 7  # 960 codes vs 60
+        assert limit(REFERENCE * 6) < limit(REFERENCE[:60]) - 660 // 7  # 720 codes vs 60
         text = "This sentence goes on and on, " * 12
-        long = p.synthesize(text, voice=TRANSCRIPT, speaker_globals=REFERENCE * 8)
-        assert len(long.pieces) > 1 and max(map(len, long.pieces)) <= limit(REFERENCE * 8)
+        long = p.synthesize(text, voice=TRANSCRIPT, speaker_globals=REFERENCE * 6)
+        assert len(long.pieces) > 1 and max(map(len, long.pieces)) <= limit(REFERENCE * 6)
+        wordy = "A long transcript of the reference clip, " * 24  # ~1000 characters
         with pytest.raises(ValueError, match="context tokens"):
-            p.synthesize("Hello.", voice=TRANSCRIPT, speaker_globals=REFERENCE * 15)  # 1800
+            p.synthesize("Hello.", voice=wordy.strip(), speaker_globals=REFERENCE * 6)
         with pytest.raises(ValueError, match="reference clip's codes and transcript"):
             p.synthesize("Hello.", voice=TRANSCRIPT)
     finally:

@@ -104,10 +104,14 @@ async def test_unknown_voice_and_a_reference_too_long_are_400s(server, tmp_path)
     voices = tmp_path / "voices"
     voices.mkdir(exist_ok=True)
     (voices / "long.json").write_text(json.dumps({
-        "format_version": 1, "profile": "neutts", "model": "m", "voice": SAID,
-        "speaker_globals": [7] * 1900}))
+        "format_version": 1, "profile": "neutts", "model": "m",
+        "voice": ("A long transcript of the reference clip, " * 24).strip(),
+        "speaker_globals": [7] * 720}))
     async with aiohttp.ClientSession() as s:
         for voice in ("nobody", "long"):
             async with s.post(f"{url}/v1/audio/speech", json={
                     "model": "neutts", "input": "Hello.", "voice": voice}) as r:
-                assert r.status == 400, (voice, await r.text())
+                body = await r.json()
+                assert r.status == 400, (voice, body)
+                if voice == "long":
+                    assert "context tokens" in body["error"]["message"]

@@ -67,8 +67,10 @@ class NeuCodecProfile:
     codebook_size: int = 65536
     # prompt plus output: the model was trained on this context (longer output is cut)
     max_context: int = 2048
-    # a reference shorter than this many codes is refused (about 1 s)
+    # a reference shorter than this many codes is refused (about 1 s), and one longer than
+    # the most (15 s: Neuphonic's advice is 3-15 s) would leave too little of the context
     min_reference_codes: int = 50
+    max_reference_codes: int = 750
     codec: str = "neucodec"
     # the codec checkpoint (a hub id, or a folder of that name beside the model's weights)
     codec_model: str = "neuphonic/neucodec"
@@ -96,11 +98,14 @@ class NeuCodecProfile:
         return check_transcript(voice)
 
     def check_codes(self, codes: Sequence[int]) -> tuple[int, ...]:
-        """A reference's codes: ``min_reference_codes`` to ``max_context`` codes, each in
-        the codebook (ValueError otherwise)."""
-        if isinstance(codes, (list, tuple)) and len(codes) > self.max_context:
-            raise ValueError(f"a reference may hold at most {self.max_context} codes (the "
-                             f"model's context), got {len(codes)}")
+        """A reference's codes: ``min_reference_codes`` to ``max_reference_codes`` codes,
+        each in the codebook (ValueError otherwise)."""
+        most = self.max_reference_codes
+        if isinstance(codes, (list, tuple)) and len(codes) > most:
+            raise ValueError(f"a reference may hold at most {most} codes "
+                             f"({most / self.tokens_per_second:g} s of audio: it shares the "
+                             f"model's {self.max_context}-token context with the text and "
+                             f"its speech), got {len(codes)}")
         codes = check_int_list("reference codes", codes, 0, self.codebook_size - 1)
         if len(codes) < self.min_reference_codes:
             raise ValueError(f"a reference needs at least {self.min_reference_codes} codes "
