@@ -79,6 +79,35 @@ def test_a_loop_is_found_when_its_last_copy_completes_and_not_before():
     assert [d.push(k) for k in seq][20 + 18 - 1] == 26
 
 
+def _loops_by_definition(keys, repeats, min_period, max_period):
+    """Per step, what a loop detector must answer, straight from the definition: the
+    smallest period whose last ``(repeats - 1) * p`` steps each equal the one ``p`` before
+    (a held sound, below ``min_period``: None), as the index where its second copy starts."""
+    out = []
+    for n in range(len(keys)):
+        answer = None
+        for p in range(1, max_period + 1):
+            run = 0
+            while n - run - p >= 0 and keys[n - run] == keys[n - run - p]:
+                run += 1
+            if run >= (repeats - 1) * p:
+                answer = None if p < min_period else n + 1 - run
+                break
+        out.append(answer)
+    return out
+
+
+def test_the_loop_detector_answers_as_its_definition_on_plain_ints():
+    rng = np.random.default_rng(5)
+    for alphabet, length in ((3, 600), (8, 1500), (4096, 1500)):
+        keys = rng.integers(0, alphabet, length).tolist()
+        phrase = rng.integers(0, alphabet, 7).tolist()
+        keys[100:100 + 28] = phrase * 4  # a planted loop among chance repeats
+        keys[400:440] = [keys[399]] * 40  # and a held sound
+        d = LoopDetector(repeats=3, min_period=3, max_period=20)
+        assert [d.push(k) for k in keys] == _loops_by_definition(keys, 3, 3, 20)
+
+
 def test_a_held_sound_or_a_short_or_long_repeat_is_not_a_loop():
     held = LoopDetector(repeats=3, min_period=3, max_period=36)
     assert all(held.push(5) is None for _ in range(200))  # one step held: silence's job
