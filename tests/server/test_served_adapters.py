@@ -147,3 +147,49 @@ async def test_removals_and_downloads_never_trip_over_each_other(unstarted, tiny
         async with s.post(url + "/v1/adapters", data="[" * 20_000 + "]" * 20_000,
                           headers={**AUTH, "Content-Type": "application/json"}) as r:
             assert r.status == 400 and (await r.json())["error"]["code"] == "bad_json"
+
+
+async def test_a_refresh_never_drops_what_a_post_registers_meanwhile(unstarted, tiny_model_dir,
+                                                                     tmp_path, monkeypatch):
+    """A refresh that listed the folder before a POST's adapter arrived must not drop it when
+    it goes on: the POST waits for the folder lock (it registered beside the refresh, which
+    then dropped the adapter as 'folder gone')."""
+    import threading
+
+    from livekit.plugins.veena.server import served_adapters
+
+    root = tmp_path / "adapters"
+    root.mkdir()
+    listed, go_on = threading.Event(), threading.Event()
+    real_folders = served_adapters.adapter_folders
+
+    def stale_listing(path):  # the refresh's listing, taken before the adapter arrives
+        found = real_folders(path)
+        listed.set()
+        assert go_on.wait(60), "hang guard"
+        return found
+
+    options = ServerOptions(api_key=API_KEY, adapters_dir=str(root), adapters_refresh_s=3600)
+    async with serve_app(unstarted, options) as (url, app), aiohttp.ClientSession() as s:
+        folder = app[STATE_KEY].adapters
+        monkeypatch.setattr(served_adapters, "adapter_folders", stale_listing)
+        refresh = asyncio.ensure_future(folder.refresh())
+        await asyncio.get_running_loop().run_in_executor(None, listed.wait, 60)
+        monkeypatch.setattr(served_adapters, "adapter_folders", real_folders)
+        make_random_adapter(root / "acme", tiny_model_dir, rank=8, seed=1)
+
+        async def post():
+            async with s.post(url + "/v1/adapters", json={"name": "acme"}, headers=AUTH) as r:
+                return r.status, await r.json()
+
+        posted = asyncio.ensure_future(post())
+        # let the refresh go on once the POST has either registered or queued on the lock
+        while not posted.done() and not getattr(folder.lock, "_waiters", None):
+            await asyncio.sleep(0.01)
+        go_on.set()
+        await refresh
+        status, body = await posted
+        assert status == 201, body
+        assert "acme" in unstarted.engine.adapters
+        await folder.refresh()  # and the next refresh keeps it
+        assert "acme" in unstarted.engine.adapters
