@@ -85,8 +85,13 @@ def test_vllm_frontend_bench():
     assert [(r["streams"], r["stream_interval"], r["tokens"]) for r in rows] == [
         (1, 1, 14), (1, 7, 14), (3, 1, 42), (3, 7, 42)]
     assert all(r["frontend_cpu_us_per_token"] > 0 for r in rows)
-    # one output per token; with 7, the first token, then one per 7 (the last one short)
-    assert [r["outputs_per_request"] for r in rows] == [14, 3, 14, 3]
+    # at most one output per token; with 7, at most the first token, then one per 7 (the
+    # last one short). vLLM merges what a consumer has not read yet into one output, so on
+    # a busy machine a request gets fewer (11 of 14 seen in a fresh-clone run): only the
+    # bounds are the same at any speed.
+    assert [r["outputs_per_request"] <= (14 if r["stream_interval"] == 1 else 3)
+            for r in rows] == [True] * 4
+    assert all(r["outputs_per_request"] >= 1 for r in rows)
 
 
 def test_gpu_model_config_is_llama_3b_shaped(tmp_path, monkeypatch):
