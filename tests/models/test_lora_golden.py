@@ -259,8 +259,10 @@ async def test_two_front_ends_of_one_core_each_speak_their_own_adapter(
     """``serve --workers 2 --shared-engine``: adapter A registered through one front end and
     B through the other (each front end knows only its own: no refresh meanwhile), spoken at
     once: each stream equals its own merged model. (Ids counted per process were 1 in both
-    front ends, and the core served whichever it loaded first for both.)"""
-    from ..server.test_workers import _both_listen, _launch, _reap
+    front ends, and the core served whichever it loaded first for both.) The launcher
+    starts the only engine core, and the core ending ends the server (exit 3) and its
+    workers: the shared-core test of ``test_workers``, on this test's one start."""
+    from ..server.test_workers import _both_listen, _engine_cores, _exit_code, _launch, _reap
     from ..servers import free_port
 
     root = tmp_path / "adapters"
@@ -270,11 +272,13 @@ async def test_two_front_ends_of_one_core_each_speak_their_own_adapter(
                    "--shared-engine", VEENA_DTYPE="float32", VEENA_ADAPTIVE_WINDOWS="0",
                    VEENA_SNAC_STREAMING="0", VEENA_ADAPTERS_DIR=str(root),
                    VEENA_ADAPTERS_REFRESH_S="3600", VEENA_API_KEY=API_KEY)
+    launcher = psutil.Process(proc.pid)
     workers: list[psutil.Process] = []
     sessions = []
     try:
-        await _both_listen(proc, psutil.Process(proc.pid), workers, port,
-                           tmp_path / "serve.log")
+        await _both_listen(proc, launcher, workers, port, tmp_path / "serve.log")
+        (core,) = _engine_cores(launcher)
+        assert not any(_engine_cores(w) for w in workers)  # no engine of their own
         for voice, adapter, worker in (("acme", "A", workers[0]), ("bravo", "B", workers[1])):
             shutil.copytree(adapters[adapter], root / voice)
             await _post_on(port, workers, worker.pid, {"name": voice})
@@ -289,6 +293,11 @@ async def test_two_front_ends_of_one_core_each_speak_their_own_adapter(
                           np.frombuffer(solo["acme audio"], np.int16))
         assert same_audio(np.frombuffer(bravo, np.int16),
                           np.frombuffer(solo["bravo audio"], np.int16))
+        core.kill()
+        assert await _exit_code(proc) == 3
+        gone, alive = psutil.wait_procs(workers, timeout=60)
+        assert not alive, "a worker outlived the server"
+        assert "the shared vLLM engine core ended" in (tmp_path / "serve.log").read_text()
     finally:
         for s in sessions:
             await s.close()

@@ -1,8 +1,10 @@
-"""``veena-tts serve --workers 2``: two server processes, each with its own vLLM engine (or
-both front ends of one, ``--shared-engine``), share one port; the kernel spreads connections between them, every stream is served,
+"""``veena-tts serve --workers 2``: two server processes, each with its own vLLM engine,
+share one port; the kernel spreads connections between them, every stream is served,
 ``/metrics`` from either reports both, a worker that dies ends the server (with every other
 worker and the shared metrics folder), SIGTERM stops them all (one server process too,
-abandoning its engine's start), and a bad count or a port in use is one clear line."""
+abandoning its engine's start), and a bad count or a port in use is one clear line.
+``--shared-engine`` (both front ends of one core, and the core's end ending them) is shown
+in ``tests/models/test_lora_golden.py``, with an adapter registered through each."""
 
 import asyncio
 import os
@@ -164,33 +166,6 @@ async def test_two_workers_share_a_port_and_report_together(tiny_model_dir, tmp_
 def _engine_cores(process: psutil.Process) -> list[psutil.Process]:
     """vLLM's engine-core processes among ``process``'s children (vLLM titles them)."""
     return _children(process, "EngineCore")
-
-
-@pytest.mark.engine
-@pytest.mark.timeout(TEST_HANG_GUARD_S)
-async def test_workers_can_share_one_engine_core(tiny_model_dir, tmp_path):
-    """``--shared-engine``: the launcher starts the only engine core, both workers serve
-    their streams through it, and the core ending ends the server (exit 3) and its workers."""
-    port = free_port()
-    # each worker admits half its share of the core's sequences: with 4 x 16 every stream
-    # runs at once on whichever worker takes it
-    proc = _launch(tiny_model_dir, port, tmp_path / "serve.log", "--workers", "2",
-                   "--shared-engine", VEENA_MAX_NUM_SEQS=str(4 * STREAMS))
-    launcher = psutil.Process(proc.pid)
-    workers: list[psutil.Process] = []
-    try:
-        await _both_listen(proc, launcher, workers, port, tmp_path / "serve.log")
-        (core,) = _engine_cores(launcher)
-        assert not any(_engine_cores(w) for w in workers)  # no engine of their own
-        async with aiohttp.ClientSession() as s:
-            await _speak_on_both(s, port, workers)
-        core.kill()
-        assert await _exit_code(proc) == 3
-        gone, alive = psutil.wait_procs(workers, timeout=60)
-        assert not alive, "a worker outlived the server"
-        assert "the shared vLLM engine core ended" in (tmp_path / "serve.log").read_text()
-    finally:
-        _reap(proc, workers)
 
 
 @pytest.mark.engine
