@@ -2,7 +2,7 @@
 
 One Python process carries what one core can: at 256 real-time streams our event loop,
 vLLM's front end (which lives in the serving process) and the codec's kernel launches need
-about a whole core (docs/benchmarks.md, "The control plane"). So a GPU's worth of streams is
+about a whole core (bench/README.md, "The control plane"). So a GPU's worth of streams is
 served by N server processes on that GPU, all listening on one port (``SO_REUSEPORT``: the kernel
 spreads new connections between them). One pod, one Service port, one set of probes. Each
 worker has its own engine on 1/N of ``VEENA_GPU_MEMORY_UTILIZATION``, or, with
