@@ -127,17 +127,15 @@ def base_shapes(model: str) -> tuple[int, dict[str, tuple[int, int]]]:
     config (a local folder or a hub id; a Llama: what every supported family is)."""
     from transformers import AutoConfig
 
+    from ..sizing.shape import ModelShape
+
     try:
-        config = AutoConfig.from_pretrained(model).to_dict()
-        hidden = int(config["hidden_size"])
-        heads = int(config["num_attention_heads"])
-        kv_heads = int(config.get("num_key_value_heads") or heads)
-        head_dim = int(config.get("head_dim") or hidden // heads)
-        inter = int(config["intermediate_size"])
-        layers = int(config["num_hidden_layers"])
+        shape = ModelShape.from_config(AutoConfig.from_pretrained(model).to_dict())
     except Exception as e:  # a missing or foreign config: one clear message
         raise AdapterError(f"cannot read the base model's config ({model}): {e}") from None
-    return layers, {
+    hidden, heads, kv_heads = shape.hidden, shape.heads, shape.kv_heads
+    head_dim, inter = shape.head_dim, shape.intermediate
+    return shape.layers, {
         "q_proj": (hidden, heads * head_dim), "k_proj": (hidden, kv_heads * head_dim),
         "v_proj": (hidden, kv_heads * head_dim), "o_proj": (heads * head_dim, hidden),
         "gate_proj": (hidden, inter), "up_proj": (hidden, inter), "down_proj": (inter, hidden),
