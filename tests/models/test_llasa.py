@@ -3,6 +3,16 @@
 hop 320) runs through the same family, the prompt through the tokenizer's own chat template.
 The prompt itself is read from Llasa's model card, not checked against its code."""
 
+"""Llasa, a profile of the NeuCodec family: its prompt equals the one the model card's
+cloning example builds (golden ids from tests/golden/make_llasa_prompt_golden.py, on the tiny
+Llasa tokenizer with Llama-3.2-Instruct's chat template, on a fixed day), and it speaks 16 kHz
+through the same family."""
+
+import datetime
+import hashlib
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,8 +22,11 @@ from livekit.plugins.veena.models.tiny_model import make_tiny_model
 from livekit.plugins.veena.pipeline.guards import GuardOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from tests.fakes import ScriptedEngine
+from tests.golden.make_llasa_prompt_golden import vocab_hash
 
 REFERENCE = tuple(range(100, 160))
+GOLDEN_DIR = Path(__file__).parents[1] / "golden" / "llasa"
+GOLDEN = json.loads((GOLDEN_DIR / "prompt_ids.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +46,57 @@ def test_prompt_is_the_chat_template_continued_with_the_reference(tokenizer):
     base = tokenizer.convert_tokens_to_ids("<|s_0|>")
     assert ids[-len(REFERENCE):] == [base + c for c in REFERENCE]
     head = tokenizer.decode(ids[:-len(REFERENCE)])
+    # the transcript and the text joined with nothing between them, as the model card does
     assert head == ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n"
-                    "Convert the text to speech:<|TEXT_UNDERSTANDING_START|>The clip says this. "
+                    "Convert the text to speech:<|TEXT_UNDERSTANDING_START|>The clip says this."
                     "Hello there.<|TEXT_UNDERSTANDING_END|><|eot_id|><|start_header_id|>"
                     "assistant<|end_header_id|>\n\n<|SPEECH_GENERATION_START|>")
+
+
+@pytest.fixture
+def llama32_tokenizer(tokenizer, monkeypatch):
+    """The tiny Llasa tokenizer with Llama-3.2-Instruct's chat template (the one Llasa's
+    tokenizer inherits), its clock frozen on the golden's day (the template writes it)."""
+    from transformers.utils import chat_template_utils
+
+    day = GOLDEN["day"]
+
+    class _Day(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(*day, 12, 0, 0)
+
+    monkeypatch.setattr(chat_template_utils, "datetime", _Day)
+    template = (GOLDEN_DIR / "chat_template.jinja").read_text()
+    assert hashlib.sha256(template.encode()).hexdigest() == GOLDEN["chat_template_sha256"]
+    monkeypatch.setattr(tokenizer, "chat_template", template)
+    return tokenizer
+
+
+def test_the_golden_was_made_on_this_tokenizer(tokenizer):
+    assert vocab_hash(tokenizer.get_vocab()) == GOLDEN["vocab_sha256"]
+    # Llasa's ids: its control tokens right before <|s_0|> (the real ones: 128256..128263)
+    assert (tokenizer.convert_tokens_to_ids("<|s_0|>")
+            - tokenizer.convert_tokens_to_ids("<|TEXT_GENERATION_START|>")) == 8
+
+
+@pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: (c["prompt_text"] or "none")[:12])
+def test_prompt_equals_the_model_cards_token_for_token(llama32_tokenizer, case):
+    """The card's lines (make_llasa_prompt_golden.py, transformers 4.48.3) and ours
+    (the project's transformers) on the same tokenizer, text, transcript and codes."""
+    ids = family_for(LLASA).prompt(llama32_tokenizer, case["target_text"],
+                                   case["prompt_text"] or "", tuple(case["codes"]))
+    assert ids == case["ids"]
+
+
+def test_the_golden_prompt_opens_with_llama32s_dated_system_header(llama32_tokenizer):
+    case = GOLDEN["cases"][0]
+    ids = family_for(LLASA).prompt(llama32_tokenizer, case["target_text"], case["prompt_text"],
+                                   tuple(case["codes"]))
+    head = llama32_tokenizer.decode(ids[:len(ids) - len(case["codes"])])
+    assert head == GOLDEN["rendered_head_case0"]
+    assert head.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+                           "Cutting Knowledge Date: December 2023\nToday Date: 07 Dec 2026\n\n")
 
 
 async def test_speaks_16khz_through_the_same_family(tiny_llasa_dir, tokenizer):

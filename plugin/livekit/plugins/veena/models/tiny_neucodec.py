@@ -28,6 +28,13 @@ NEUTTS_CONTROL = ("<|TEXT_REPLACE|>", "<|SPEECH_REPLACE|>", "<|TEXT_PROMPT_START
 LLAMA3_SPECIAL = ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                   "<|end_header_id|>", "<|eot_id|>")
 
+LLASA_CONTROL = ("<|TEXT_GENERATION_START|>", "<|TEXT_GENERATION_END|>",
+                 "<|TEXT_UNDERSTANDING_START|>", "<|TEXT_UNDERSTANDING_END|>",
+                 "<|SPEECH_GENERATION_START|>", "<|SPEECH_GENERATION_END|>",
+                 "<|SPEECH_UNDERSTANDING_START|>", "<|SPEECH_UNDERSTANDING_END|>")
+"""Llasa's eight control tokens, in the order its training code adds them (plain added
+tokens, not special ones, right before its 65,536 ``<|s_N|>`` tokens)."""
+
 LLAMA3_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}"
     "<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
@@ -39,18 +46,18 @@ _FIRST = 1024
 """The first id after the trained byte-level vocabulary."""
 
 
-def _specials(profile: NeuCodecProfile) -> tuple[str, ...]:
-    own = LLAMA3_SPECIAL if profile.chat_template else QWEN2_SPECIAL
-    return (*own, *NEUTTS_CONTROL)
-
-
 def neutts_vocab(profile: NeuCodecProfile) -> tuple[dict[int, str], list[str], int]:
-    """(named ids, special tokens, first speech id): the specials, then the speech tokens in
-    code order."""
-    special = list(dict.fromkeys([*_specials(profile), profile.text_start, profile.text_end,
-                                  profile.speech_start, *profile.stop_tokens]))
-    names = {_FIRST + i: s for i, s in enumerate(special)}
-    base = _FIRST + len(special)
+    """(named ids, special tokens, first speech id): the specials, then (Llasa) its control
+    tokens as plain added tokens, then the speech tokens in code order."""
+    prompt = [profile.text_start, profile.text_end, profile.speech_start, *profile.stop_tokens]
+    if profile.chat_template:  # Llasa: Llama-3's specials; its own tokens added after them
+        special = list(LLAMA3_SPECIAL)
+        control = [t for t in dict.fromkeys([*LLASA_CONTROL, *prompt]) if t not in special]
+    else:
+        special = list(dict.fromkeys([*QWEN2_SPECIAL, *NEUTTS_CONTROL, *prompt]))
+        control = []
+    names = {_FIRST + i: s for i, s in enumerate([*special, *control])}
+    base = _FIRST + len(special) + len(control)
     names.update({base + c: profile.speech_token_format.format(c)
                   for c in range(profile.codebook_size)})
     return names, special, base
@@ -86,8 +93,8 @@ def write_neutts_tokenizer(profile: NeuCodecProfile, out: Path) -> tuple[int, ra
 
     names, special, base = neutts_vocab(profile)
     end = base + profile.codebook_size
-    speech = [names[i] for i in range(base, end)]
-    tok = build_tokenizer(names, end + (-end % 64), special, added=speech)
+    added = [names[i] for i in range(_FIRST + len(special), end)]  # control (Llasa), speech
+    tok = build_tokenizer(names, end + (-end % 64), special, added=added)
     if not profile.chat_template:
         save_tokenizer(tok, out, bos="<|endoftext|>", eos="<|endoftext|>")
     else:

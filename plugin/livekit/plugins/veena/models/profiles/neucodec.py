@@ -46,7 +46,7 @@ class NeuCodecProfile:
     """A model that continues a reference clip's codec tokens after its transcript and text.
 
     Prompt (token ids): ``encode(user_prefix)``, ``text_start``, the reference transcript and
-    the text (phonemes where ``phoneme_language`` is set, joined by one space, encoded
+    the text (phonemes where ``phoneme_language`` is set, joined by ``text_joiner``, encoded
     together), ``text_end``, ``encode(assistant_prefix)``, ``speech_start``, one token per
     reference code; the model stops with ``stop_tokens``.
     """
@@ -61,6 +61,9 @@ class NeuCodecProfile:
     speech_token_format: str
     # espeak-ng language of the prompt's phonemes ("" : the text as written)
     phoneme_language: str = ""
+    # what goes between the reference transcript and the text (NeuTTS: a space; Llasa's
+    # model card joins them with nothing)
+    text_joiner: str = " "
     # True: the user turn (``user_prefix`` and the text) and the assistant turn (up to
     # ``speech_start``) go through the tokenizer's chat template, the last turn left open
     chat_template: bool = False
@@ -127,7 +130,7 @@ class NeuCodecProfile:
         """The prompt's token ids (see the class); the codes as ``base + code`` through the
         speech tokens' one contiguous range (``families.neucodec.speech_token_table``)."""
         ids = tokenizer.convert_tokens_to_ids
-        said = f"{self.render_text(transcript)} {self.render_text(text)}"
+        said = self.render_text(transcript) + self.text_joiner + self.render_text(text)
         speech = [ids(self.speech_token_format.format(0)) + int(c) for c in codes]
         if self.chat_template:
             chat = tokenizer.apply_chat_template(
@@ -169,16 +172,18 @@ NEUTTS = NeuCodecProfile(
 )
 
 # HKUSTAudio/Llasa-1B/3B/8B (Llama over XCodec2: 16 kHz, hop 320, <|s_N|> tokens), the
-# prompt of its model card's cloning example: the tokenizer's own chat template over a user
-# turn "Convert the text to speech:" with the transcript and the text between
-# <|TEXT_UNDERSTANDING_START|> and <|TEXT_UNDERSTANDING_END|>, and an assistant turn opened
-# with <|SPEECH_GENERATION_START|> and the reference's codes, continued. UNVERIFIED here
-# against the model card's code (no golden file): see docs/models.md.
+# prompt of its model card's cloning example: the tokenizer's own chat template (Llasa's is
+# Llama-3.2-Instruct's, which opens with a system header holding the day it runs) over a user
+# turn "Convert the text to speech:" with the transcript and the text, joined with nothing
+# between them, between <|TEXT_UNDERSTANDING_START|> and <|TEXT_UNDERSTANDING_END|>, and an
+# assistant turn opened with <|SPEECH_GENERATION_START|> and the reference's codes, continued.
+# Equal token for token to the card's own lines: tests/golden/llasa, tests/models/test_llasa.py.
 LLASA = NeuCodecProfile(
     name="llasa",
     user_prefix="Convert the text to speech:",
     assistant_prefix="",
     chat_template=True,
+    text_joiner="",
     text_start="<|TEXT_UNDERSTANDING_START|>",
     text_end="<|TEXT_UNDERSTANDING_END|>",
     speech_start="<|SPEECH_GENERATION_START|>",
@@ -189,7 +194,7 @@ LLASA = NeuCodecProfile(
     sample_rate=16000,
     samples_per_token=320,
     model_ids=("HKUSTAudio/Llasa-1B", "HKUSTAudio/Llasa-3B", "HKUSTAudio/Llasa-8B"),
-    prompt_source="UNVERIFIED: HKUSTAudio/Llasa-1B model card (voice cloning example)",
+    prompt_source="HKUSTAudio/Llasa-1B model card (voice cloning example: golden ids)",
     licence="Llasa weights: CC-BY-NC-4.0 (non-commercial); XCodec2 weights: CC-BY-NC-4.0",
     sampling=SamplingOptions(temperature=0.8, top_p=1.0),
 )
