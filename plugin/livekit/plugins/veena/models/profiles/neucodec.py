@@ -94,6 +94,9 @@ class NeuCodecProfile:
     model_ids: tuple[str, ...] = ()
     prompt_source: str = ""
     licence: str = ""
+    # the watermark the reference applies to its output ("perth"; "": none), which
+    # VEENA_WATERMARK=auto applies too (``watermark``)
+    watermark: str = ""
 
     def check_voice(self, voice: str, speakers: Sequence[str] = ()) -> str:
         """A voice of this family is a reference transcript ("" : no reference); its codes
@@ -166,6 +169,7 @@ NEUTTS = NeuCodecProfile(
     sampling=SamplingOptions(temperature=1.0, top_k=50, min_tokens=50),
     model_ids=("neuphonic/neutts-air",),
     prompt_source="neutts 1.4.1 neutts/neutts.py (NeuTTS._apply_chat_template, phonemes)",
+    watermark="perth",  # NeuTTS.__init__: PerthImplicitWatermarker, applied to every output
     licence=("NeuTTS Air weights: Apache-2.0; NeuTTS Nano and 2E weights: " + _NEUTTS_OPEN
              + "; neucodec: Apache-2.0; phonemes through phonemizer and espeak-ng: GPL-3.0 "
              "(the optional [neutts] extra)"),
