@@ -118,3 +118,34 @@ async def test_speaks_16khz_through_the_same_family(tiny_llasa_dir, tokenizer):
         assert audio == 40 * 320
     finally:
         await p.aclose()
+
+
+def test_voice_clone_encodes_the_clip_with_xcodec2s_encoder(tiny_llasa_dir, tmp_path):
+    """``veena-tts voice clone`` for a Llasa model: XCodec2's encoder (the tiny model's random
+    weights, the real loading code; equal to ``xcodec2``'s own in
+    tests/codecs/test_xcodec2_encoder_golden.py) writes the clip's codes and its transcript."""
+    import io
+    import wave
+
+    from livekit.plugins.veena import cli
+    from livekit.plugins.veena.models.loading import load_pipeline, speaker_encoder
+    from livekit.plugins.veena.voices.reference_clip import load_reference_clip
+
+    t = np.arange(2 * 16000) / 16000
+    x = 0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((x * 32767).astype(np.int16).tobytes())
+    clip, out = tmp_path / "clip.wav", tmp_path / "me.json"
+    clip.write_bytes(buf.getvalue())
+    assert cli.main(["voice", "clone", str(clip), "--text", "The clip says this.",
+                     "--model", tiny_llasa_dir, "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["profile"] == "llasa" and data["voice"] == "The clip says this."
+    encoder = speaker_encoder(load_pipeline(tiny_llasa_dir))
+    assert encoder.variant == "xcodec2"
+    want = encoder.encode(load_reference_clip(clip.read_bytes(), 16000).samples)
+    assert data["speaker_globals"] == want and len(want) == 101  # 2 s + a hop, at 50 Hz

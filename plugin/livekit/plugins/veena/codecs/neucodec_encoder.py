@@ -1,13 +1,18 @@
 """NeuCodec's encoder (``NeuCodec.encode_code``): a 16 kHz reference clip -> its 50 Hz FSQ
-codes, which a NeuTTS prompt continues (voice cloning).
+codes, which a NeuTTS prompt continues (voice cloning). XCodec2's (``XCodec2Model.encode_code``,
+Llasa's cloning) is the same encoder but for one step: its w2v-bert-2.0 features are taken from
+the clip with 160 zeros (10 ms) on each side (``variant="xcodec2"``).
 
 Two views of the clip, joined per 20 ms frame: w2v-bert-2.0's hidden state 16 (through its
 own feature extractor, from ``transformers``) through a small convolutional ``SemanticEncoder``,
 and a BigCodec-style acoustic encoder (SnakeBeta activations with anti-aliased 2x resampling,
 strides 2, 2, 4, 4, 5); then ``fc_prior`` and the quantizer's ``project_in`` and FSQ. The
 parameter names are the published checkpoint's (``CodecEnc.*``, ``SemanticEncoder_module.*``,
-``fc_prior.*``, ``generator.quantizer.project_in.*``; weight norm as ``weight_g``/``weight_v``,
-folded at load). The w2v-bert-2.0 model is read from its own folder or hub id.
+``fc_prior.*``, ``generator.quantizer.project_in.*``; weight norm as ``weight_g``/``weight_v``
+or as torch's ``parametrizations.weight.original0/1``, folded at load; SnakeBeta's beta as
+``beta`` or, XCodec2's name, ``bias``). The w2v-bert-2.0 model
+is the checkpoint's own ``semantic_model.*`` tensors where it has them all (XCodec2's does: then
+only w2v-bert-2.0's config and feature extractor are read), else its own folder or hub id.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ HOP = 320  # samples per code at 16 kHz
 SEMANTIC_LAYER = 16
 W2V_BERT = "facebook/w2v-bert-2.0"
 MIN_SECONDS, MAX_SECONDS = 1.0, 30.0
+FEATURE_PAD = {"neucodec": 0, "xcodec2": 160}
+"""Zeros on each side of the clip for its w2v-bert-2.0 features, per codec variant (XCodec2's
+``encode_code`` pads 160; NeuCodec's none)."""
 
 
 class _SnakeBeta(nn.Module):
@@ -177,17 +185,32 @@ def fsq_indices(z: torch.Tensor, levels: tuple[int, ...]) -> torch.Tensor:
     return (digits.long() * basis).sum(dim=-1)
 
 
+_WEIGHT_NORM = ((".weight_v", ".weight_g"),  # torch.nn.utils.weight_norm
+                (".parametrizations.weight.original1", ".parametrizations.weight.original0"))
+"""(direction, magnitude) key endings of the two weight-norm layouts (dim 0)."""
+
+
 def _fold_weight_norm(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``weight_g``/``weight_v`` (``torch.nn.utils.weight_norm``, dim 0) -> ``weight``."""
+    """Weight norm's magnitude and direction (either layout, ``_WEIGHT_NORM``) -> ``weight``."""
     out = {}
     for key, value in state.items():
-        if key.endswith(".weight_v"):  # in float32: a float16 checkpoint's fold loses bits
-            value, g = value.float(), state[key[:-1] + "g"].float()
-            norm = value.flatten(1).norm(dim=1).view(-1, *[1] * (value.dim() - 1))
-            out[key[:-len(".weight_v")] + ".weight"] = value * (g / norm)
-        elif not key.endswith(".weight_g"):
+        for v_end, g_end in _WEIGHT_NORM:
+            if key.endswith(v_end):  # in float32: a float16 checkpoint's fold loses bits
+                value, g = value.float(), state[key[:-len(v_end)] + g_end].float()
+                norm = value.flatten(1).norm(dim=1).view(-1, *[1] * (value.dim() - 1))
+                out[key[:-len(v_end)] + ".weight"] = value * (g / norm)
+                break
+            if key.endswith(g_end):
+                break
+        else:
             out[key] = value
     return out
+
+
+def _snake_beta_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """XCodec2 names SnakeBeta's beta ``bias`` (``CodecEnc.*.act.bias``); NeuCodec ``beta``."""
+    return {(k[:-len("bias")] + "beta" if k.startswith("CodecEnc.") and k.endswith(".act.bias")
+             else k): v for k, v in state.items()}
 
 
 class _Heads(nn.Module):
@@ -210,44 +233,65 @@ class NeuCodecEncoder:
     sample_rate = SAMPLE_RATE
 
     def __init__(self, heads: _Heads, semantic_model: Any, feature_extractor: Any,
-                 levels: tuple[int, ...] = (4,) * 8, device: str = "cpu") -> None:
+                 levels: tuple[int, ...] = (4,) * 8, device: str = "cpu",
+                 variant: str = "neucodec") -> None:
+        if variant not in FEATURE_PAD:
+            raise ValueError(f"codec variant must be one of {sorted(FEATURE_PAD)}, "
+                             f"not {variant!r}")
         self.heads = heads.to(device).eval().float()
         self.semantic_model = semantic_model.to(device).eval().float()
         self.feature_extractor = feature_extractor
         self.levels = levels
         self.device = torch.device(device)
+        self.variant = variant
+        self.name = "XCodec2" if variant == "xcodec2" else "NeuCodec"
 
     @classmethod
-    def load(cls, codec_model: str, *, device: str = "cpu",
-             w2v_bert: str | None = None) -> "NeuCodecEncoder":
-        """The encoder tensors from a NeuCodec checkpoint folder (``codec_dir``); w2v-bert-2.0
-        from ``w2v_bert``, else a ``w2v-bert-2.0`` folder beside the checkpoint, else its hub
-        id. The checkpoint's own ``semantic_model.*`` tensors, where it has them, win (as in
-        the reference's loading). ValueError for missing tensors or wrong shapes."""
-        from transformers import AutoFeatureExtractor, Wav2Vec2BertModel
+    def load(cls, codec_model: str, *, device: str = "cpu", w2v_bert: str | None = None,
+             variant: str = "neucodec") -> "NeuCodecEncoder":
+        """The encoder tensors from a NeuCodec (``variant`` "neucodec") or XCodec2 ("xcodec2")
+        checkpoint folder (``codec_dir``); w2v-bert-2.0's config and feature extractor from
+        ``w2v_bert``, else a ``w2v-bert-2.0`` folder beside the checkpoint, else its hub id.
+        Its weights are the checkpoint's own ``semantic_model.*`` tensors where it has all
+        that hidden state 16 needs, else that folder's (then the checkpoint's own tensors,
+        where it has some, win, as in the reference's loading). ValueError for missing
+        tensors or wrong shapes."""
+        from transformers import AutoConfig, AutoFeatureExtractor, Wav2Vec2BertModel
 
         from .neucodec import codec_dir
 
+        if variant not in FEATURE_PAD:
+            raise ValueError(f"codec variant must be one of {sorted(FEATURE_PAD)}, "
+                             f"not {variant!r}")
         folder = codec_dir(codec_model)
-        state = _fold_weight_norm(read_state(checkpoint_file(folder)))
+        state = _snake_beta_names(_fold_weight_norm(read_state(checkpoint_file(folder))))
         w2v = w2v_bert or (str(folder / "w2v-bert-2.0") if (folder / "w2v-bert-2.0").is_dir()
                            else W2V_BERT)
-        semantic_model = Wav2Vec2BertModel.from_pretrained(w2v)
-        semantic_model.encoder.layers = semantic_model.encoder.layers[:SEMANTIC_LAYER]
         own = {k[len("semantic_model."):]: v for k, v in state.items()
                if k.startswith("semantic_model.")}
-        if own:
-            semantic_model.load_state_dict(own, strict=False)
+        semantic_model = Wav2Vec2BertModel(AutoConfig.from_pretrained(w2v)) if own else None
+        if semantic_model is not None:
+            semantic_model.encoder.layers = semantic_model.encoder.layers[:SEMANTIC_LAYER]
+            if not set(semantic_model.state_dict()) <= set(own):
+                semantic_model = None  # only some of them: the folder's weights under them
+            else:
+                load_checked(semantic_model, own, "codec checkpoint (its semantic_model)")
+        if semantic_model is None:
+            semantic_model = Wav2Vec2BertModel.from_pretrained(w2v)
+            semantic_model.encoder.layers = semantic_model.encoder.layers[:SEMANTIC_LAYER]
+            if own:
+                semantic_model.load_state_dict(own, strict=False)
         heads = _heads_for(state, semantic_model.config.hidden_size)
-        logger.info("loaded NeuCodec encoder", extra={"codec_model": str(folder), "w2v_bert": w2v})
+        logger.info("loaded codec encoder", extra={"codec_model": str(folder), "w2v_bert": w2v,
+                                                   "variant": variant})
         return cls(heads, semantic_model, AutoFeatureExtractor.from_pretrained(w2v),
-                   device=device)
+                   device=device, variant=variant)
 
     def check(self, wav: Any, sample_rate: Any) -> np.ndarray:
         """The clip as float32 samples, or ValueError saying what it is not (before any of
         it reaches torch)."""
         if isinstance(sample_rate, bool) or sample_rate != SAMPLE_RATE:
-            raise ValueError(f"the NeuCodec encoder takes {SAMPLE_RATE} Hz audio, "
+            raise ValueError(f"the {self.name} encoder takes {SAMPLE_RATE} Hz audio, "
                              f"not {sample_rate!r}: resample the clip first")
         wav = np.asarray(wav)
         if wav.ndim != 1 or not np.issubdtype(wav.dtype, np.floating):
@@ -269,7 +313,9 @@ class NeuCodecEncoder:
         wav = self.check(wav, sample_rate)
         # as the reference: to a whole hop, and a whole hop more where it already is one
         wav = np.pad(wav, (0, HOP - len(wav) % HOP))
-        features = self.feature_extractor(wav, sampling_rate=SAMPLE_RATE, return_tensors="pt")
+        pad = FEATURE_PAD[self.variant]
+        features = self.feature_extractor(np.pad(wav, (pad, pad)) if pad else wav,
+                                          sampling_rate=SAMPLE_RATE, return_tensors="pt")
         hidden = self.semantic_model(features.input_features.to(self.device),
                                      output_hidden_states=True).hidden_states[SEMANTIC_LAYER]
         h = self.heads

@@ -120,6 +120,6 @@ def make_neucodec_model(profile: NeuCodecProfile, out: Path, seed: int) -> None:
     _tiny_lm(profile.chat_template, vocab_size, out, ids[bos], ids[eos], speech, seed)
     config = replace(NeuCodecConfig.tiny(), hop_length=profile.samples_per_token,
                      sample_rate=profile.sample_rate)
-    # NeuCodec's with its encoder (tiny models clone voices); XCodec2's encoder is not ported
-    write_tiny_checkpoint(out / profile.codec_variant, seed=seed, config=config,
-                          encoder=profile.codec_variant == "neucodec")
+    # with the encoder's tensors (NeuCodec's, or XCodec2's: the same ones), so tiny models
+    # clone voices
+    write_tiny_checkpoint(out / profile.codec_variant, seed=seed, config=config, encoder=True)

@@ -139,10 +139,12 @@ class NeuCodecFamily(ModelFamily):
         return codec
 
     def load_speaker_encoder(self, codec_model: str, device: str) -> Any:
-        """A reference clip -> its codes (``voice clone``)."""
+        """A reference clip -> its codes (``voice clone``): NeuCodec's encoder, or XCodec2's
+        (Llasa) where the profile's codec is that variant."""
         from ...codecs.neucodec_encoder import NeuCodecEncoder
 
-        return NeuCodecEncoder.load(codec_model, device=device)
+        return NeuCodecEncoder.load(codec_model, device=device,
+                                    variant=self.profile.codec_variant)
 
     def token_table(self, tokenizer: Any) -> TokenTable:
         """Checked as the pipeline starts, with what its prompts need: the tokenizer's
