@@ -53,6 +53,7 @@ def test_w2v_bert_weights_come_from_the_checkpoint(encoder):
     """The golden's w2v-bert-2.0 folder has a config and a feature extractor, no weights: the
     encoder took them from the checkpoint's ``semantic_model.*`` tensors (as XCodec2's
     published checkpoint carries them), 16 layers of them."""
-    assert not any(p.suffix in (".safetensors", ".bin") for p in (GOLDEN / "w2v-bert-2.0").iterdir())
+    folder = GOLDEN / "w2v-bert-2.0"
+    assert not any(p.suffix in (".safetensors", ".bin") for p in folder.iterdir())
     assert len(encoder.semantic_model.encoder.layers) == 16
     assert encoder.variant == "xcodec2"

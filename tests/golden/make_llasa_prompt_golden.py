@@ -41,7 +41,7 @@ Not run by CI, nor by the test suite. Run by hand, once, when the golden file mu
     .venv/bin/python tests/golden/make_llasa_prompt_golden.py tokenizer /tmp/llasa-golden-tok
     # 2. the prompts, in a side environment with the transformers of the card's time
     python3 -m venv /tmp/side-llasa
-    /tmp/side-llasa/bin/pip install /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+    /tmp/side-llasa/bin/pip install torch==2.13.0    # the CPU build, from local disk
     /tmp/side-llasa/bin/pip install transformers==4.48.3 jinja2 numpy
     /tmp/side-llasa/bin/python tests/golden/make_llasa_prompt_golden.py golden \
         /tmp/llasa-golden-tok

@@ -6,7 +6,7 @@ torchtune versions that do not install beside the project's torch. Run it by han
 the golden files must change (then commit ``tests/golden/xcodec2_encoder/``):
 
     python3 -m venv /tmp/side-xcodec2
-    /tmp/side-xcodec2/bin/pip install /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+    /tmp/side-xcodec2/bin/pip install torch==2.13.0  # the CPU build, from local disk
     /tmp/side-xcodec2/bin/pip install numpy einops einx transformers==5.19.0 safetensors \
         soundfile                                                  # .venv's transformers
     /tmp/side-xcodec2/bin/pip install --no-deps xcodec2==0.1.5 vector-quantize-pytorch==1.17.8 \
