@@ -1,7 +1,8 @@
 """LoRA for NeuTTS: an adapter on all seven of Qwen2's projections (q/k/v/o, gate/up/down)
 of the tiny NeuTTS model passes the adapter check against that base (the shapes read from
-Qwen2's config), one for another base does not, and its name resolves as a voice. No engine
-(the adapter path through vLLM is the one the other families' engine tests run)."""
+Qwen2's config), one for another base does not, and its name resolves as a voice. No engine:
+tests/models/test_neutts_say.py speaks such an adapter through vLLM (``say --lora``) and
+checks it against the model with the adapter merged into its weights."""
 
 import json
 
