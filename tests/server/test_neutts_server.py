@@ -1,7 +1,9 @@
 """NeuTTS on the server's surfaces, over a scripted engine and the real tiny NeuCodec (its
 encoder too): ``POST /v1/voices?name=...&text=...`` clones a voice from a clip and what it
-says; the OpenAI route and the WebSocket then speak it by name at 24 kHz; a clone without
-its transcript, an unknown voice and a reference too long for the context are HTTP 400s."""
+says; the OpenAI route and the WebSocket then speak it by name at 24 kHz; the OpenAI route
+speaks a saved NeuTTS voice in each of its formats (streamed or not) at 24 kHz, the same
+audio as its WAV; a clone without its transcript, an unknown voice and a reference too long
+for the context are HTTP 400s."""
 
 import io
 import json
@@ -18,13 +20,18 @@ from livekit.plugins.veena.models.profiles import NEUTTS
 from livekit.plugins.veena.pipeline.guards import GuardOptions
 from livekit.plugins.veena.pipeline.pipeline import Pipeline, PipelineOptions
 from livekit.plugins.veena.server.app import ServerOptions
+from livekit.plugins.veena.server.audio_formats import AUDIO_FORMATS
+from livekit.plugins.veena.voices.files import VoiceFile
 
 from ..fakes import ScriptedEngine
+from ..helpers import same_audio
 from ..servers import serve
 from ..voices.test_neutts_clone import wav_bytes
+from .test_audio_formats import decode
 
 GOLDEN_CODEC = Path(__file__).parents[1] / "golden" / "neucodec"
 SAID = "This is the reference clip, read aloud."
+REFERENCE = tuple(int(c) for c in np.random.default_rng(5).integers(0, 65536, 120))
 
 
 @pytest.fixture
@@ -86,6 +93,44 @@ async def test_clone_by_name_then_speak_it_over_openai_and_websocket(server):
         assert audio == 60 * 480 * 2  # int16 PCM at 24 kHz
         ws_prompt = engine.requests[-1][1]
         assert ws_prompt[ws_prompt.index(start) + 1:] == prompt[prompt.index(start) + 1:]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("fmt", [f for f in AUDIO_FORMATS if f != "wav"])
+async def test_a_saved_voice_speaks_in_every_openai_format(server, tmp_path, fmt, stream):
+    """Each of the route's formats (``wav`` is the test above) for a NeuTTS voice: its
+    content type, 24 kHz (an Ogg Opus stream always decodes at 48 kHz), the 60 scripted
+    steps' 1.2 s, and the WAV's samples (``pcm`` and lossless ``flac``: within the bounds
+    of two decodes of the same tokens, ``same_audio``); the lossy ones their length within
+    their codec padding (an MP3's or AAC's priming frames) and its loudness."""
+    url, engine = server
+    VoiceFile("neutts", "tiny", SAID, REFERENCE).save(tmp_path / "voices" / "me.json")
+    start = engine.tokenizer.convert_tokens_to_ids("<|SPEECH_GENERATION_START|>")
+    base = engine.tokenizer.convert_tokens_to_ids("<|speech_0|>")
+    async with aiohttp.ClientSession() as s:
+        bodies = {}
+        for f in ("wav", fmt):
+            async with s.post(f"{url}/v1/audio/speech", json={
+                    "model": "neutts", "input": "Hello over HTTP.", "voice": "me",
+                    "response_format": f, "stream": stream}) as r:
+                assert r.status == 200, await r.text()
+                assert r.headers["Content-Type"] == AUDIO_FORMATS[f].content_type
+                bodies[f] = await r.read()
+            prompt = engine.requests[-1][1]  # the saved voice's reference, continued
+            assert prompt[prompt.index(start) + 1:] == [base + c for c in REFERENCE]
+    with wave.open(io.BytesIO(bodies["wav"])) as w:
+        assert w.getframerate() == 24000
+    wav, _ = decode(bodies["wav"], "wav", 24000)
+    assert len(wav) == 60 * 480
+    got, rate = decode(bodies[fmt], fmt, 24000)
+    assert rate == (48000 if fmt == "opus" else 24000)
+    if fmt in ("pcm", "flac"):
+        assert same_audio(got, wav)
+    else:
+        assert len(got) / rate == pytest.approx(len(wav) / 24000, abs=0.1)
+        # PyAV decodes these as floats of full scale 1.0: as loud as the WAV, not silence
+        loudness = np.sqrt(np.mean(got**2)) / np.sqrt(np.mean((wav / 32768) ** 2))
+        assert 0.5 < loudness < 2, loudness
 
 
 @pytest.mark.parametrize("params, code", [
