@@ -166,7 +166,10 @@ def test_voice_is_a_transcript_with_its_codes():
 
 def test_sampling_is_the_reference_inference():
     s = family_for(NEUTTS).default_sampling()
-    assert (s.temperature, s.top_k, s.min_tokens) == (1.0, 50, 50)
+    # neutts 1.4.1's _infer_torch passes temperature, top_k and min_new_tokens only:
+    # transformers' own top_p 1.0 and repetition penalty 1.0 (not our defaults, 0.9 and 1.05)
+    assert (s.temperature, s.top_k, s.top_p, s.repetition_penalty, s.min_tokens) == (
+        1.0, 50, 1.0, 1.0, 50)
 
 
 def test_espeak_ng_missing_is_one_clear_error_at_load(monkeypatch, tokenizer):

@@ -166,7 +166,9 @@ NEUTTS = NeuCodecProfile(
     stop_tokens=("<|SPEECH_GENERATION_END|>",),
     speech_token_format="<|speech_{}|>",
     phoneme_language="en-us",
-    sampling=SamplingOptions(temperature=1.0, top_k=50, min_tokens=50),
+    # transformers' generate with only these set: top_p 1.0 and no repetition penalty
+    sampling=SamplingOptions(temperature=1.0, top_k=50, top_p=1.0, repetition_penalty=1.0,
+                             min_tokens=50),
     model_ids=("neuphonic/neutts-air",),
     prompt_source="neutts 1.4.1 neutts/neutts.py (NeuTTS._apply_chat_template, phonemes)",
     watermark="perth",  # NeuTTS.__init__: PerthImplicitWatermarker, applied to every output
@@ -200,5 +202,6 @@ LLASA = NeuCodecProfile(
     model_ids=("HKUSTAudio/Llasa-1B", "HKUSTAudio/Llasa-3B", "HKUSTAudio/Llasa-8B"),
     prompt_source="HKUSTAudio/Llasa-1B model card (voice cloning example: golden ids)",
     licence="Llasa weights: CC-BY-NC-4.0 (non-commercial); XCodec2 weights: CC-BY-NC-4.0",
-    sampling=SamplingOptions(temperature=0.8, top_p=1.0),
+    # the model card's generate (do_sample, top_p 1, temperature 0.8): no repetition penalty
+    sampling=SamplingOptions(temperature=0.8, top_p=1.0, repetition_penalty=1.0),
 )
