@@ -178,7 +178,14 @@ def _design(args: argparse.Namespace) -> int:
     return 0
 
 
+_WATERMARK_HELP = ("the Perth output watermark: auto, where the model's reference applies it "
+                   "(neutts) and resemble-perth is installed; on; off (default: "
+                   "VEENA_WATERMARK, auto)")
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .watermark import WATERMARK_MODES
+
     parser = argparse.ArgumentParser(prog="veena-tts", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -199,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                           "VEENA_TEXT_NORMALIZATION, auto)")
     say.add_argument("--lora", action="append", default=[], metavar="NAME=PATH_OR_ID",
                      help="serve a LoRA adapter as voice NAME (repeatable; VEENA_LORA too)")
+    say.add_argument("--watermark", choices=WATERMARK_MODES, default=None, help=_WATERMARK_HELP)
 
     voice = sub.add_parser("voice", help="saved voices: capture or clone (BiCodec), "
                                          "design (SNAC)")
@@ -274,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="with several workers: one vLLM engine core with the whole GPU "
                             "memory share, each worker one of its front ends (default "
                             "VEENA_SHARED_ENGINE, off)")
+    serve.add_argument("--watermark", choices=WATERMARK_MODES, default=None,
+                       help=_WATERMARK_HELP)
 
     # -v anywhere on the line, as scripts/veena-tts.sh takes it (SUPPRESS: a subcommand's
     # default must not undo a -v given before it)
@@ -281,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    if getattr(args, "watermark", None):  # read with the other VEENA_* (every worker too)
+        os.environ["VEENA_WATERMARK"] = args.watermark
     started = time.perf_counter()
     if args.command in ("say", "voice"):
         from .voices.files import VoiceFileError

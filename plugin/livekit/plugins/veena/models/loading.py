@@ -33,6 +33,7 @@ from ..settings import env_bool, env_bool_or_auto, env_float, env_int, env_str
 from ..sizing.fit import decode_batch_for
 from ..sizing.machine import choose_codec_device
 from ..validation import check_int
+from ..watermark import check_watermark_mode, watermarker_for
 from .adapters import (AdapterError, adapter_folder, check_name, lora_from_env,
                        register_adapter)
 from .download import llm_location, local_checkpoint
@@ -130,6 +131,8 @@ def pipeline_options_from_env() -> PipelineOptions:
         gc_full_interval_s=_non_negative(
             "VEENA_GC_FULL_INTERVAL_S",
             env_float("VEENA_GC_FULL_INTERVAL_S", d.gc_full_interval_s)),
+        watermark=check_watermark_mode(env_str("VEENA_WATERMARK", d.watermark).strip().lower()),
+        watermark_weights=env_str("VEENA_WATERMARK_WEIGHTS", d.watermark_weights).strip(),
     )
 
 
@@ -229,8 +232,9 @@ def load_pipeline(model: str, *, profile: str | ModelProfile | None = None,
         codec = family_for(prof).load_codec(codec_model, options.codec_device,
                                             cuda_graphs=options.codec_cuda_graphs,
                                             streaming=options.streams_snac())
+    watermarker = watermarker_for(options.watermark, prof, options.watermark_weights or None)
     engine = VllmEngine(engine_options, core=engine_core)
-    pipeline = Pipeline(engine, codec, prof, options)
+    pipeline = Pipeline(engine, codec, prof, options, watermarker=watermarker)
     pipeline.codec_model = codec_model
     pipeline.random_weights = bool(manifest.get("random_weights")) or (
         engine_options.load_format == "dummy")

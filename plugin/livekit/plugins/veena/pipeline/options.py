@@ -56,6 +56,12 @@ class PipelineOptions:
     gc_full_interval_s: float = 300.0
     """Once started, full garbage collections wait until no stream plays, or at most this
     long (checked as a stream starts); 0: Python's own schedule (``gc_heap``)."""
+    watermark: str = "auto"
+    """The output watermark (``watermark``), as ``load_pipeline`` resolves it: ``auto``,
+    Perth's where the profile's reference applies it (NeuTTS) and ``resemble-perth`` is
+    installed; ``on``, always (an error at start without the weights); ``off``."""
+    watermark_weights: str = ""
+    """A folder with Perth's ``hparams.yaml`` and checkpoint ("": the installed package's)."""
 
     def streams_snac(self) -> bool:
         """Whether ``load_pipeline`` builds a streaming SNAC codec (``auto`` resolved)."""

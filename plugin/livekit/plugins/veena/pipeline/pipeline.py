@@ -33,6 +33,7 @@ from .sampling_policy import SamplingPolicy
 from .scheduler import DecodeScheduler
 from .synthesis import AudioChunk, EmptyTextError, Synthesis
 from .windowing import WindowOptions, ramp_sizes, steady_window_steps
+from ..watermark import PerthWatermarker, check_watermark_mode
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +59,11 @@ class Pipeline:
     schedulers competing for the same device."""
 
     def __init__(self, engine: VllmEngine, codec: Codec, profile: Any,
-                 options: PipelineOptions = PipelineOptions()) -> None:
+                 options: PipelineOptions = PipelineOptions(), *,
+                 watermarker: PerthWatermarker | None = None) -> None:
         """``profile``: a model profile (``models.profiles``), whose ``codec`` picks the
-        family that reads it."""
+        family that reads it. ``watermarker``: applied to every stream's audio (``load_pipeline``
+        resolves it from ``options.watermark``); None: no watermark."""
         if codec.sample_rate != profile.sample_rate:
             raise ValueError(
                 f"codec sample rate {codec.sample_rate} != profile {profile.name} "
@@ -70,11 +73,13 @@ class Pipeline:
                   MAX_QUEUED_OUTPUT_STEPS)
         options.guards.validate()
         check_mode(options.normalization.mode)
+        check_watermark_mode(options.watermark)
         self._normalizers: dict[tuple, TextNormalizer] = {}
         self.engine = engine
         self.codec = codec
         self.profile = profile
         self.options = options
+        self.watermarker = watermarker
         self.scheduler = DecodeScheduler(codec, options.scheduler)
         self.family: ModelFamily = family_for(profile)
         lookahead = getattr(codec, "lookahead_steps", None)

@@ -56,7 +56,9 @@ class RequestRun:
                 pipeline.window, pipeline.pacing,
                 pipeline.codec.samples_per_step / pipeline.codec.sample_rate,
                 pipeline.scheduler.decode_cost)
-            self.planner.unheard_steps = pipeline.family.trim_start_steps
+            # the trimmed start is never heard, and what the watermark holds back not yet
+            self.planner.unheard_steps = pipeline.family.trim_start_steps + -(
+                -synthesis.held_back_samples // pipeline.codec.samples_per_step)
             self._ramp: WindowPlanner | None = None
         else:
             self.planner, self._ramp = None, WindowPlanner(pipeline.window)

@@ -18,6 +18,7 @@ from .sampling_policy import SamplingPolicy
 from .scheduler import DecodeScheduler
 from .timings import Timings
 from .windowing import WindowOptions
+from ..watermark import PerthWatermarker
 
 
 class RunOwner(Protocol):
@@ -29,6 +30,9 @@ class RunOwner(Protocol):
     timings: Timings
     vllm_request_ids: list[str]
     guard_log: GuardLog
+    held_back_samples: int
+    """Samples held back after the run's sink (the watermark's) that the listener has not
+    heard yet."""
 
     def captured(self, speaker_globals: tuple[int, ...]) -> None: ...
 
@@ -46,6 +50,8 @@ class RunHost(Protocol):
     alarm: SharedAlarm | None
     """Where producers park between the tokens they need (None: they take every token)."""
     sampling: SamplingPolicy
+    watermarker: PerthWatermarker | None
+    """Applied to every synthesis's audio as it is emitted (None: none)."""
 
     @property
     def table(self) -> TokenTable: ...

@@ -4,7 +4,9 @@ sink as each window is decoded (the turn's hot path: no task wakes per window); 
 gives the same audio as ``AudioChunk``s.
 
 Audio stays float32 in [-1, 1] through the whole pipeline and the turn; it is rounded to
-int16 once, at the edge (the LiveKit plugin, the server, a WAV file).
+int16 once, at the edge (the LiveKit plugin, the server, a WAV file). The pipeline's output
+watermark, where it has one, is applied here, after the stitcher: one stream per synthesis,
+across its pieces, so that every surface carries it and every sample is marked once.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .run_host import RunHost
 from .stitching import to_int16
 from .tasks import settle
 from .timings import Timings
+from ..watermark import WatermarkStream
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,20 @@ class AudioChunk:
     @property
     def duration(self) -> float:
         return len(self.pcm) / self.sample_rate
+
+
+def _watermarked(sink: Callable[[np.ndarray, bool], None],
+                 stream: WatermarkStream) -> Callable[[np.ndarray, bool], None]:
+    """``sink`` behind ``stream``: it gets the watermarked audio, the held-back rest with
+    its final call."""
+    def marked(pcm: np.ndarray, final: bool) -> None:
+        out = stream.push(pcm)
+        if final:
+            out = np.concatenate([out, stream.finish()])
+        if len(out) or final:
+            sink(out, final)
+
+    return marked
 
 
 class Synthesis:
@@ -78,6 +95,12 @@ class Synthesis:
         self.vllm_request_ids: list[str] = []
         self.tracks: list = []
         """Per piece: the codec steps parsed from the engine (kept for inspection)."""
+        marker = pipeline.watermarker
+        self._watermark = (WatermarkStream(marker, pipeline.sample_rate)
+                           if marker is not None else None)
+        self.held_back_samples = self._watermark.holdback if self._watermark else 0
+        """Samples the watermark holds back while it streams (the listener is that much
+        behind what was decoded)."""
         self._run: RequestRun | None = None
         self._created = time.monotonic()
         self._iter: AsyncIterator[AudioChunk] | None = None
@@ -120,17 +143,22 @@ class Synthesis:
 
     async def _play(self, sink: Callable[[np.ndarray, bool], None]) -> None:
         rate, timings = self._p.sample_rate, self.timings
+
+        def deliver(pcm: np.ndarray, final: bool) -> None:
+            if len(pcm):
+                if timings.first_audio is None:
+                    timings.first_audio = time.perf_counter()
+                timings.audio_seconds += len(pcm) / rate
+            if len(pcm) or final:
+                sink(pcm, final)
+
+        if self._watermark is not None:  # once per sample, across the pieces
+            deliver = _watermarked(deliver, self._watermark)
         for i, piece in enumerate(self._pieces):
             last_piece = i == len(self._pieces) - 1
 
             def piece_sink(pcm: np.ndarray, done: bool, last_piece: bool = last_piece) -> None:
-                final = done and last_piece
-                if len(pcm):
-                    if timings.first_audio is None:
-                        timings.first_audio = time.perf_counter()
-                    timings.audio_seconds += len(pcm) / rate
-                if len(pcm) or final:
-                    sink(pcm, final)
+                deliver(pcm, done and last_piece)
 
             self._run = RequestRun(self._p, self, piece, i)
             try:
