@@ -252,3 +252,12 @@ def test_neucodec_stream_bench_compares_neuphonics_windows_with_ours():
     for row in (theirs_live, ours_live):
         assert row["rate_x_realtime"] == 4.0 and row["gap_s_after_first_audio"] >= 0
         assert 0 < row["rel_rms_err"] < 1
+
+
+def test_watermark_bench_reports_the_whole_clip_and_streamed_costs():
+    _run(sys.executable, "bench/watermark.py", "--seconds", "2", "--rounds", "1")
+    whole, *streamed = _rows("watermark")
+    assert whole["mode"] == "whole clip" and whole["cost_x"] == 1.0
+    assert [r["push_ms"] for r in streamed] == [20, 100, 500, 2000]
+    assert all(r["cpu_s_per_audio_s"] > 0 for r in _rows("watermark"))
+    assert streamed[0]["cost_x"] > streamed[-1]["cost_x"] >= 1.0  # small pushes cost context
