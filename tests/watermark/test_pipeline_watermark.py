@@ -134,3 +134,27 @@ def test_the_cli_flag_sets_the_variable_every_worker_reads(monkeypatch):
     assert pipeline_options_from_env().watermark == "off"
     with pytest.raises(SystemExit):
         cli.main(["say", "hi", "--watermark", "maybe"])
+
+
+async def test_the_watermark_runs_on_the_codecs_thread(neutts_tokenizer, codec, perth):
+    """Off the event loop, and on the one thread whose torch work the codec's is
+    (``codecs.torch_threads``): a second OpenMP team would slow every decode."""
+    import threading
+
+    threads = []
+
+    class _Spy:
+        def grid(self, rate):
+            return perth.grid(rate)
+
+        def apply(self, audio, rate):
+            threads.append(threading.current_thread().name)
+            return perth.apply(audio, rate)
+
+    p = await _pipeline(neutts_tokenizer, codec, _Spy())
+    try:
+        pushes = await _synthesis(p)
+    finally:
+        await p.aclose()
+    assert sum(len(a) for a, _ in pushes) == STEPS * 480
+    assert threads and all(name.startswith("veena-decode") for name in threads)

@@ -6,13 +6,15 @@ gives the same audio as ``AudioChunk``s.
 Audio stays float32 in [-1, 1] through the whole pipeline and the turn; it is rounded to
 int16 once, at the edge (the LiveKit plugin, the server, a WAV file). The pipeline's output
 watermark, where it has one, is applied here, after the stitcher: one stream per synthesis,
-across its pieces, so that every surface carries it and every sample is marked once.
+across its pieces, so that every surface carries it and every sample is marked once (on the
+codec's thread; a failure drops what it still held).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import itertools
 import logging
 import time
@@ -22,6 +24,7 @@ from typing import AsyncIterator, Callable
 import numpy as np
 
 from .adapters import Adapter
+from .engine import EngineClosedError
 from .engine_options import SamplingOptions
 from .gc_heap import full_collections
 from .guards import GuardLog
@@ -52,18 +55,65 @@ class AudioChunk:
         return len(self.pcm) / self.sample_rate
 
 
-def _watermarked(sink: Callable[[np.ndarray, bool], None],
-                 stream: WatermarkStream) -> Callable[[np.ndarray, bool], None]:
-    """``sink`` behind ``stream``: it gets the watermarked audio, the held-back rest with
-    its final call."""
-    def marked(pcm: np.ndarray, final: bool) -> None:
-        out = stream.push(pcm)
-        if final:
-            out = np.concatenate([out, stream.finish()])
-        if len(out) or final:
-            sink(out, final)
+class _Watermarking:
+    """Hands ``sink`` a synthesis's audio watermarked (``stream``), in order, the watermark run
+    on the codec's thread (``run_on_codec_thread``): its torch work stays off the event loop and
+    on the one thread that has an OpenMP team (``codecs.torch_threads``). One call is in flight
+    at a time; audio that arrives meanwhile goes with the next. ``ended`` completes once the
+    final audio went to ``sink`` (or with what failed)."""
 
-    return marked
+    def __init__(self, stream: WatermarkStream, run_on_codec_thread: Callable,
+                 sink: Callable[[np.ndarray, bool], None]) -> None:
+        self._stream, self._run, self._sink = stream, run_on_codec_thread, sink
+        self._queued: list[np.ndarray] = []
+        self._final = False
+        self._busy = False
+        self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def __call__(self, pcm: np.ndarray, final: bool) -> None:
+        """From a decode's completion, on the loop."""
+        if len(pcm):
+            self._queued.append(pcm)
+        self._final = self._final or final
+        self._next()
+
+    def close(self) -> None:
+        """Nothing more reaches ``sink`` (the synthesis failed or was cancelled)."""
+        if not self.ended.done():
+            self.ended.cancel()
+        elif not self.ended.cancelled():
+            self.ended.exception()  # seen: the synthesis raised its own failure first
+
+    def _next(self) -> None:
+        if self._busy or self.ended.done() or not (self._queued or self._final):
+            return
+        pcm = (np.concatenate(self._queued) if self._queued
+               else np.zeros(0, dtype=np.float32))
+        final, self._queued = self._final, []
+        self._busy = True
+        work = self._run(functools.partial(self._mark, pcm, final))
+        work.add_done_callback(functools.partial(self._marked, final))
+
+    def _mark(self, pcm: np.ndarray, final: bool) -> np.ndarray:  # on the codec's thread
+        out = self._stream.push(pcm)
+        return np.concatenate([out, self._stream.finish()]) if final else out
+
+    def _marked(self, final: bool, work: asyncio.Future) -> None:
+        self._busy = False
+        if self.ended.done():
+            return
+        try:
+            if work.cancelled():  # the scheduler closed under the synthesis
+                raise EngineClosedError("the pipeline closed under a watermarked synthesis")
+            out = work.result()
+            if len(out) or final:
+                self._sink(out, final)
+            if final:
+                self.ended.set_result(None)
+            else:
+                self._next()
+        except Exception as e:  # the synthesis ends with it, in order
+            self.ended.set_exception(e)
 
 
 class Synthesis:
@@ -152,8 +202,27 @@ class Synthesis:
             if len(pcm) or final:
                 sink(pcm, final)
 
+        marking = None
         if self._watermark is not None:  # once per sample, across the pieces
-            deliver = _watermarked(deliver, self._watermark)
+            marking = _Watermarking(self._watermark, self._p.scheduler.run_on_codec_thread,
+                                    deliver)
+            deliver = marking
+        try:
+            await self._play_pieces(deliver)
+            if marking is not None:
+                await marking.ended
+        finally:
+            if marking is not None:
+                marking.close()
+        timings.finished = time.perf_counter()
+        logger.info(
+            "synthesis done",
+            extra={"request_id": self.request_id, "first_audio_ms": timings.first_audio_ms,
+                   "audio_s": round(timings.audio_seconds, 3),
+                   "rtf": timings.real_time_factor, "tokens": timings.tokens},
+        )
+
+    async def _play_pieces(self, deliver: Callable[[np.ndarray, bool], None]) -> None:
         for i, piece in enumerate(self._pieces):
             last_piece = i == len(self._pieces) - 1
 
@@ -165,13 +234,6 @@ class Synthesis:
                 await self._run.play(piece_sink)
             finally:  # the track it ended with (a retry starts a new one)
                 self.tracks.append(self._run.track)
-        timings.finished = time.perf_counter()
-        logger.info(
-            "synthesis done",
-            extra={"request_id": self.request_id, "first_audio_ms": timings.first_audio_ms,
-                   "audio_s": round(timings.audio_seconds, 3),
-                   "rtf": timings.real_time_factor, "tokens": timings.tokens},
-        )
 
     async def _chunks(self) -> AsyncIterator[AudioChunk]:
         """``play`` as an iterator: its pushes queue here until the reader takes them."""
