@@ -193,18 +193,27 @@ async def test_the_plugin_speaks_a_voice_file_in_call_scope(tokenizer, codec, tm
     from livekit.plugins import veena
     from livekit.plugins.veena.voices.files import VoiceFile
     from tests.helpers import record_voices
+    from tests.servers import poll_until
 
     path = VoiceFile("neutts", "tiny", TRANSCRIPT, REFERENCE).save(tmp_path / "me.json")
     p, engine, spy = await _pipeline(tokenizer, codec)
     try:
         given = record_voices(monkeypatch, p)
         t = veena.TTS(pipeline=p, voice=str(path))
+        metrics = []
+        t.on("metrics_collected", metrics.append)
         assert t.sample_rate == 24000
-        for text in ("Hello there.", "And again."):
+        texts = ("Hello there.", "And again.")
+        for text in texts:
             frames = await t.synthesize(text).collect()
             assert frames.sample_rate == 24000  # 60 steps, within the emitter's 10 ms frames
             assert abs(frames.samples_per_channel - 60 * 480) <= 480
         assert given == [(TRANSCRIPT, REFERENCE)] * 2
+        # livekit-agents' TTS metrics, one per synthesis (sent as its stream closes): its
+        # first audio, its 1.2 s, its text
+        await poll_until(lambda: len(metrics) == 2, lambda: f"two metrics, got {metrics}")
+        assert [m.characters_count for m in metrics] == [len(x) for x in texts]
+        assert all(m.ttfb > 0 and abs(m.audio_duration - 1.2) <= 0.02 for m in metrics)
         with pytest.raises(ValueError, match="reference clip's codes and transcript"):
             veena.TTS(pipeline=p, voice="just some words")
         await t.aclose()

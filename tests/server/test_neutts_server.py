@@ -93,6 +93,12 @@ async def test_clone_by_name_then_speak_it_over_openai_and_websocket(server):
         assert audio == 60 * 480 * 2  # int16 PCM at 24 kHz
         ws_prompt = engine.requests[-1][1]
         assert ws_prompt[ws_prompt.index(start) + 1:] == prompt[prompt.index(start) + 1:]
+        async with s.get(f"{url}/metrics") as r:  # the server's metrics count NeuTTS streams
+            m = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                 for line in (await r.text()).splitlines() if line and line[0] != "#"}
+        assert m['veena_requests_total{outcome="done"}'] == 2  # the OpenAI route and the socket
+        assert m["veena_first_audio_seconds_count"] == 2 and m["veena_first_audio_seconds_sum"] > 0
+        assert m["veena_active_streams"] == 0
 
 
 @pytest.mark.parametrize("stream", [False, True])
