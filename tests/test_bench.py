@@ -143,7 +143,8 @@ def test_scheduler_bench_compares_the_planners():
 def test_control_plane_bench():
     _run(sys.executable, "bench/control_plane.py", "--streams", "4", "--disturb-streams", "4",
          "--cases", "normal,stall", "--modes", "adaptive", "--frames", "24",
-         "--stagger-s", "0.2", "--workers", "0,2", "--count-callbacks")
+         "--stagger-s", "0.2", "--workers", "0,2", "--count-callbacks",
+         "--speed", "4", "--alone-runs", "1")  # counts only: no need of real-time pacing
     rows = _rows("control_plane")
     assert [(r["case"], r["mode"], r["workers"]) for r in rows] == [
         ("normal", "adaptive", 0), ("normal", "adaptive", 2), ("stall", "adaptive", 0),
@@ -167,7 +168,8 @@ def test_control_plane_bench_with_two_chunks_per_stream():
     (each stream on a socket of its own, connected and closed inside the measured run)."""
     _run(sys.executable, "bench/control_plane.py", "--streams", "3", "--cases", "normal",
          "--modes", "adaptive", "--frames", "12", "--stagger-s", "0.2", "--chunks", "2",
-         "--connections", "per-stream", "--label", "_chunks")
+         "--connections", "per-stream", "--label", "_chunks", "--speed", "4",
+         "--alone-runs", "1")
     rows = _rows("control_plane_chunks")
     assert [r["case"] for r in rows] == ["normal", "pipeline_alone"]
     for r in rows:  # two requests of 12 frames, joined by one 15 ms crossfade
