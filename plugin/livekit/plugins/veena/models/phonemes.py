@@ -11,6 +11,7 @@ profile that needs them and finds them missing fails with ``PhonemizerMissingErr
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from typing import Any
 
@@ -24,6 +25,12 @@ _INSTALL_HINT = "install the [neutts] extra: pip install 'livekit-plugins-veena[
 class PhonemizerMissingError(ValueError):
     """espeak-ng or phonemizer is not installed (or is another espeak-ng version)."""
 
+
+_quiet = logging.getLogger(__name__ + ".phonemizer")
+"""phonemizer's own log: with words_mismatch="ignore" it still warns "words count mismatch"
+on every sentence whose phonemes count other words than its text (NeuTTS read as three
+letters; the output is unaffected): only its errors are logged, under our name."""
+_quiet.setLevel(logging.ERROR)
 
 _lock = threading.Lock()
 """espeak-ng keeps global state in its library: one phonemisation at a time."""
@@ -41,7 +48,8 @@ def _backend(language: str) -> Any:
     EspeakWrapper.set_library(espeakng_loader.get_library_path())
     EspeakWrapper.set_data_path(espeakng_loader.get_data_path())
     backend = EspeakBackend(language, preserve_punctuation=True, with_stress=True,
-                            words_mismatch="ignore", language_switch="remove-flags")
+                            words_mismatch="ignore", language_switch="remove-flags",
+                            logger=_quiet)
     if tuple(backend.version()[:2]) != ESPEAK_VERSION[:2]:
         raise PhonemizerMissingError(
             f"espeak-ng {'.'.join(map(str, backend.version()))} loaded where "
