@@ -67,16 +67,23 @@ def encoder():
     return NeuCodecEncoder.load(str(GOLDEN))
 
 
-@pytest.mark.parametrize("clip", sorted(CASES["clips"]))
-def test_encoder_codes_equal_neucodec(encoder, golden, clip):
+def encode_seeing_the_quantizer_input(encoder, wav: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A 16 kHz clip's codes, and what the FSQ's ``project_in`` gave for it (the goldens
+    record both: a wrong code then shows whether the features or the rounding moved)."""
     captured = []
     hook = encoder.heads.generator.quantizer.project_in.register_forward_hook(
         lambda _m, _i, out: captured.append(out[0].numpy().copy()))
     try:
-        codes = encoder.encode_reference(golden[f"{clip}_wav"], 16000)
+        codes = encoder.encode_reference(wav, 16000)
     finally:
         hook.remove()
-    assert rel_rms(captured[-1], golden[f"{clip}_project_in"]) <= 1e-5
+    return codes, captured[-1]
+
+
+@pytest.mark.parametrize("clip", sorted(CASES["clips"]))
+def test_encoder_codes_equal_neucodec(encoder, golden, clip):
+    codes, project_in = encode_seeing_the_quantizer_input(encoder, golden[f"{clip}_wav"])
+    assert rel_rms(project_in, golden[f"{clip}_project_in"]) <= 1e-5
     np.testing.assert_array_equal(codes, golden[f"{clip}_codes"])
     assert codes.dtype == np.int64 and len(codes) == CASES["clips"][clip]["frames"]
 

@@ -18,6 +18,7 @@ from livekit.plugins.veena.models.profiles import LLASA
 from livekit.plugins.veena.pipeline.family import family_for
 
 from ..helpers import rel_rms
+from .test_neucodec_golden import encode_seeing_the_quantizer_input
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "xcodec2_encoder"
 CASES = json.loads((GOLDEN / "cases.json").read_text())
@@ -36,14 +37,8 @@ def encoder():
 
 @pytest.mark.parametrize("clip", sorted(CASES["clips"]))
 def test_encoder_codes_equal_xcodec2(encoder, golden, clip):
-    captured = []
-    hook = encoder.heads.generator.quantizer.project_in.register_forward_hook(
-        lambda _m, _i, out: captured.append(out[0].numpy().copy()))
-    try:
-        codes = encoder.encode_reference(golden[f"{clip}_wav"], 16000)
-    finally:
-        hook.remove()
-    assert rel_rms(captured[-1], golden[f"{clip}_project_in"]) <= 1e-5
+    codes, project_in = encode_seeing_the_quantizer_input(encoder, golden[f"{clip}_wav"])
+    assert rel_rms(project_in, golden[f"{clip}_project_in"]) <= 1e-5
     np.testing.assert_array_equal(codes, golden[f"{clip}_codes"])
     assert codes.dtype == np.int64 and len(codes) == CASES["clips"][clip]["frames"]
     assert len(set(codes.tolist())) > 5  # the golden's codes spread over the codebook
