@@ -227,6 +227,34 @@ class _Heads(nn.Module):
         self.generator.quantizer.project_in = nn.Linear(vq_dim, levels)
 
 
+def _check_variant(variant: str) -> None:
+    if variant not in FEATURE_PAD:
+        raise ValueError(f"codec variant must be one of {sorted(FEATURE_PAD)}, "
+                         f"not {variant!r}")
+
+
+def _semantic_model(own: dict[str, torch.Tensor], w2v: str) -> Any:
+    """w2v-bert-2.0 up to hidden state 16: built from ``w2v``'s config and the checkpoint's
+    own tensors (``own``) where they are all there; else ``w2v``'s weights, with those of
+    ``own`` it has over them."""
+    from transformers import AutoConfig, Wav2Vec2BertModel
+
+    if own:
+        config = AutoConfig.from_pretrained(w2v)
+        config.num_hidden_layers = SEMANTIC_LAYER  # the layers after it are never run
+        with torch.device("meta"):  # its tensor names, nothing allocated
+            needed = set(Wav2Vec2BertModel(config).state_dict())
+        if needed <= set(own):
+            model = Wav2Vec2BertModel(config)
+            load_checked(model, own, "codec checkpoint (its semantic_model)")
+            return model
+    model = Wav2Vec2BertModel.from_pretrained(w2v)
+    model.encoder.layers = model.encoder.layers[:SEMANTIC_LAYER]
+    if own:
+        model.load_state_dict(own, strict=False)
+    return model
+
+
 class NeuCodecEncoder:
     """Reference clip (16 kHz mono float) -> NeuCodec codes [frames] (``encode_code``)."""
 
@@ -235,9 +263,7 @@ class NeuCodecEncoder:
     def __init__(self, heads: _Heads, semantic_model: Any, feature_extractor: Any,
                  levels: tuple[int, ...] = (4,) * 8, device: str = "cpu",
                  variant: str = "neucodec") -> None:
-        if variant not in FEATURE_PAD:
-            raise ValueError(f"codec variant must be one of {sorted(FEATURE_PAD)}, "
-                             f"not {variant!r}")
+        _check_variant(variant)
         self.heads = heads.to(device).eval().float()
         self.semantic_model = semantic_model.to(device).eval().float()
         self.feature_extractor = feature_extractor
@@ -256,31 +282,18 @@ class NeuCodecEncoder:
         that hidden state 16 needs, else that folder's (then the checkpoint's own tensors,
         where it has some, win, as in the reference's loading). ValueError for missing
         tensors or wrong shapes."""
-        from transformers import AutoConfig, AutoFeatureExtractor, Wav2Vec2BertModel
+        from transformers import AutoFeatureExtractor
 
         from .neucodec import codec_dir
 
-        if variant not in FEATURE_PAD:
-            raise ValueError(f"codec variant must be one of {sorted(FEATURE_PAD)}, "
-                             f"not {variant!r}")
+        _check_variant(variant)
         folder = codec_dir(codec_model)
         state = _snake_beta_names(_fold_weight_norm(read_state(checkpoint_file(folder))))
         w2v = w2v_bert or (str(folder / "w2v-bert-2.0") if (folder / "w2v-bert-2.0").is_dir()
                            else W2V_BERT)
         own = {k[len("semantic_model."):]: v for k, v in state.items()
                if k.startswith("semantic_model.")}
-        semantic_model = Wav2Vec2BertModel(AutoConfig.from_pretrained(w2v)) if own else None
-        if semantic_model is not None:
-            semantic_model.encoder.layers = semantic_model.encoder.layers[:SEMANTIC_LAYER]
-            if not set(semantic_model.state_dict()) <= set(own):
-                semantic_model = None  # only some of them: the folder's weights under them
-            else:
-                load_checked(semantic_model, own, "codec checkpoint (its semantic_model)")
-        if semantic_model is None:
-            semantic_model = Wav2Vec2BertModel.from_pretrained(w2v)
-            semantic_model.encoder.layers = semantic_model.encoder.layers[:SEMANTIC_LAYER]
-            if own:
-                semantic_model.load_state_dict(own, strict=False)
+        semantic_model = _semantic_model(own, w2v)
         heads = _heads_for(state, semantic_model.config.hidden_size)
         logger.info("loaded codec encoder", extra={"codec_model": str(folder), "w2v_bert": w2v,
                                                    "variant": variant})
