@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -165,3 +168,29 @@ def app_routes() -> set[tuple[str, str]]:
 
     app = create_app(_Routes, ServerOptions(), own_pipeline=False)
     return {(r.method, r.resource.canonical) for r in app.router.routes() if r.method != "HEAD"}
+
+
+def merge_lora(base: str | Path, adapter: Path, out: Path) -> Path:
+    """PEFT's merge, by its definition: each target weight ``W`` becomes
+    ``W + lora_alpha / r * B @ A``; everything else is copied. (The tiny models' adapters:
+    two layers, all seven projections.)"""
+    from safetensors.torch import load_file, save_file
+
+    from livekit.plugins.veena.models.adapters import CONFIG_FILE, WEIGHTS_FILE
+
+    shutil.copytree(base, out)
+    config = json.loads((adapter / CONFIG_FILE).read_text())
+    scale = config["lora_alpha"] / config["r"]
+    weights = load_file(str(out / "model.safetensors"))
+    lora = load_file(str(adapter / WEIGHTS_FILE))
+    merged = 0
+    for key, a in lora.items():
+        if not key.endswith(".lora_A.weight"):
+            continue
+        target = key.removeprefix("base_model.model.").removesuffix(".lora_A.weight") + ".weight"
+        b = lora[key.replace("lora_A", "lora_B")]
+        weights[target] = weights[target] + scale * (b @ a)
+        merged += 1
+    assert merged == 2 * 7  # two layers, seven projections
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out

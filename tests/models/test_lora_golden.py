@@ -1,7 +1,8 @@
 """Proof that an adapter voice is applied: the product speaking with LoRA adapter A equals,
 token for token, the base model with A merged into its weights as PEFT defines the merge
-(``W + lora_alpha / r * B @ A``, written here); without the adapter it differs; three streams
-in one engine batch (adapter A, adapter B, a base voice) each equal their own model alone.
+(``W + lora_alpha / r * B @ A``, written in ``tests.helpers.merge_lora``); without the
+adapter it differs; three streams in one engine batch (adapter A, adapter B, a base voice)
+each equal their own model alone.
 
 The merged models speak through a ZERO adapter (A's shapes, B all zeros: it adds nothing)
 registered under the same name, so both sides build the same prompt (``<spk_acme> ...``) on
@@ -18,17 +19,15 @@ import aiohttp
 import numpy as np
 import psutil
 import pytest
-from safetensors.torch import load_file, save_file
 
 from livekit.plugins.veena import cli
-from livekit.plugins.veena.models.adapters import CONFIG_FILE, WEIGHTS_FILE
 from livekit.plugins.veena.models.loading import load_pipeline
 from livekit.plugins.veena.models.tiny_model import make_random_adapter
 from livekit.plugins.veena.pipeline.options import PipelineOptions
 from livekit.plugins.veena.server.app import ServerOptions
 from livekit.plugins.veena.voices.call_voice import resolve_voice
 
-from ..helpers import same_audio, tiny_engine_options
+from ..helpers import merge_lora, same_audio, tiny_engine_options
 from ..servers import API_KEY, poll_until, serve_app
 
 pytestmark = pytest.mark.engine
@@ -37,27 +36,6 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 TEXT = "A voice of its own."
 SEED = 7
 MAX_TOKENS = 140  # 20 frames: enough to tell models apart, little CPU
-
-
-def merge(base: str, adapter: Path, out: Path) -> Path:
-    """PEFT's merge, by its definition: each target weight ``W`` becomes
-    ``W + lora_alpha / r * B @ A``; everything else is copied."""
-    shutil.copytree(base, out)
-    config = json.loads((adapter / CONFIG_FILE).read_text())
-    scale = config["lora_alpha"] / config["r"]
-    weights = load_file(str(out / "model.safetensors"))
-    lora = load_file(str(adapter / WEIGHTS_FILE))
-    merged = 0
-    for key, a in lora.items():
-        if not key.endswith(".lora_A.weight"):
-            continue
-        target = key.removeprefix("base_model.model.").removesuffix(".lora_A.weight") + ".weight"
-        b = lora[key.replace("lora_A", "lora_B")]
-        weights[target] = weights[target] + scale * (b @ a)
-        merged += 1
-    assert merged == 2 * 7  # two layers, seven projections
-    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +74,7 @@ async def solo(tiny_model_dir, adapters, tmp_path_factory):
     root = tmp_path_factory.mktemp("merged")
     out = {}
     for voice, adapter, zero in (("acme", "A", "zero8"), ("bravo", "B", "zero4")):
-        merged = merge(tiny_model_dir, adapters[adapter], root / adapter)
+        merged = merge_lora(tiny_model_dir, adapters[adapter], root / adapter)
         p = _f32_pipeline(str(merged), {voice: adapters[zero]})
         await p.start()
         try:
@@ -187,7 +165,7 @@ def test_say_with_an_adapter_writes_the_merged_models_samples(tiny_model_dir, ad
     # when they arrived, so equal tokens write equal samples
     monkeypatch.setenv("VEENA_ADAPTIVE_WINDOWS", "0")
     monkeypatch.setenv("VEENA_SNAC_STREAMING", "0")
-    merged = merge(tiny_model_dir, adapters["A"], tmp_path / "merged")
+    merged = merge_lora(tiny_model_dir, adapters["A"], tmp_path / "merged")
 
     def say(model, adapter, out):
         code = cli.main(["say", TEXT, "--model", str(model), "--lora", f"acme={adapter}",

@@ -6,9 +6,11 @@ then ``say --lora acme=A --voice acme`` writes a 24 kHz WAV. ``say`` runs in thi
 (``cli.main``), so that before it closes its pipeline (the one ``load_pipeline`` built from
 ``--lora``) the same vLLM engine answers the checks' requests, with per-step logprobs asked
 of vLLM itself (our engine shell yields ids only): the checks cost no engine start of their
-own (about 12 s of requests and 2 s of teacher on two busy cores). A transformers ``Qwen2ForCausalLM`` teacher-forced on the same tokens, with adapter A
-merged into its weights as PEFT defines the merge (``W + lora_alpha / r * B @ A``, written
-here), gives the same logprobs within float32 rounding; the base model's differ by far more.
+own (about 12 s of requests and 2 s of teacher on two busy cores). A transformers
+``Qwen2ForCausalLM`` teacher-forced on the same tokens, with adapter A merged into its
+weights as PEFT defines the merge (``W + lora_alpha / r * B @ A``,
+``tests.helpers.merge_lora``), gives the same logprobs within float32 rounding; the base
+model's differ by far more.
 
 Adapter A (rank 8) is on all seven of Qwen2's projections (q/k/v/o, gate/up/down) of both
 layers. Qwen2's q/k/v projections have biases, zero as the tiny model is initialised: they
@@ -18,7 +20,6 @@ checked too. The engine runs float32 (``VEENA_DTYPE``), as the teacher does."""
 import asyncio
 import contextlib
 import io
-import json
 import wave
 from pathlib import Path
 
@@ -29,8 +30,9 @@ from safetensors.torch import load_file, save_file
 
 from livekit.plugins.veena import cli
 from livekit.plugins.veena.models import loading
-from livekit.plugins.veena.models.adapters import CONFIG_FILE, WEIGHTS_FILE
 from livekit.plugins.veena.models.tiny_model import make_random_adapter
+
+from ..helpers import merge_lora
 
 pytestmark = pytest.mark.engine
 
@@ -59,26 +61,11 @@ def _random_qkv_biases(model: Path) -> None:
     save_file(weights, str(model / "model.safetensors"), metadata={"format": "pt"})
 
 
-def _teacher(model: Path, adapter: Path | None):
-    """The transformers model of ``model``, with ``adapter`` merged into its weights."""
+def _teacher(model: Path):
+    """The transformers model of the folder ``model``, float32."""
     from transformers import Qwen2ForCausalLM
 
-    lm = Qwen2ForCausalLM.from_pretrained(str(model), dtype=torch.float32).eval()
-    if adapter is not None:
-        config = json.loads((adapter / CONFIG_FILE).read_text())
-        scale = config["lora_alpha"] / config["r"]
-        lora = load_file(str(adapter / WEIGHTS_FILE))
-        params = dict(lm.named_parameters())
-        merged = 0
-        with torch.no_grad():
-            for key, a in lora.items():
-                if key.endswith(".lora_A.weight"):
-                    target = (key.removeprefix("base_model.model.")
-                              .removesuffix(".lora_A.weight") + ".weight")
-                    params[target] += scale * (lora[key.replace("lora_A", "lora_B")] @ a)
-                    merged += 1
-        assert merged == 2 * 7  # two layers, seven projections
-    return lm
+    return Qwen2ForCausalLM.from_pretrained(str(model), dtype=torch.float32).eval()
 
 
 def _teacher_logprobs(lm, prompt: list[int], ids: list[int]) -> np.ndarray:
@@ -141,7 +128,8 @@ def said(tmp_path_factory) -> dict:
     assert cli.main(["make-tiny-model", str(model), "--profile", "neutts"]) == 0
     _random_qkv_biases(model)
     adapter = make_random_adapter(root / "A", model, rank=8, alpha=16, seed=1)
-    out = {"model": model, "adapter": adapter, "wav": root / "a.wav", "requests": []}
+    out = {"root": root, "model": model, "adapter": adapter, "wav": root / "a.wav",
+           "requests": []}
     real_load = loading.load_pipeline
 
     def load_pipeline(*args, **kwargs):
@@ -182,8 +170,8 @@ def said(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def teachers(said) -> dict:
-    return {"merged": _teacher(said["model"], said["adapter"]),
-            "base": _teacher(said["model"], None)}
+    merged = merge_lora(said["model"], said["adapter"], said["root"] / "merged")
+    return {"merged": _teacher(merged), "base": _teacher(said["model"])}
 
 
 def test_make_tiny_model_then_say_writes_a_24khz_wav(said):
