@@ -148,9 +148,6 @@ class Synthesis:
         marker = pipeline.watermarker
         self._watermark = (WatermarkStream(marker, pipeline.sample_rate)
                            if marker is not None else None)
-        self.held_back_samples = self._watermark.holdback if self._watermark else 0
-        """Samples the watermark holds back while it streams (the listener is that much
-        behind what was decoded)."""
         self._run: RequestRun | None = None
         self._created = time.monotonic()
         self._iter: AsyncIterator[AudioChunk] | None = None
@@ -190,6 +187,12 @@ class Synthesis:
         piece's requests end."""
         with full_collections.streaming():  # no full collection while it plays
             await self._play(sink)
+
+    @property
+    def held_back_samples(self) -> int:
+        """Samples the watermark holds back while it streams (the listener is that much
+        behind what was decoded)."""
+        return self._watermark.holdback if self._watermark is not None else 0
 
     async def _play(self, sink: Callable[[np.ndarray, bool], None]) -> None:
         rate, timings = self._p.sample_rate, self.timings
